@@ -1,0 +1,23 @@
+"""The seeds' pieces of the Transformer, one layer per file."""
+
+from kformer.layers.attention import combine_masks, make_causal_mask, make_padding_mask, scaled_dot_product_attention
+from kformer.layers.causal_mask import CausalMask
+from kformer.layers.cross_attention import CrossAttention
+from kformer.layers.feed_forward import FeedForward
+from kformer.layers.multi_head_self_attention import MultiHeadSelfAttention
+from kformer.layers.positional_embedding import PositionalEmbedding, sinusoidal_encoding
+from kformer.layers.transformer_block import TransformerBlock
+
+__all__ = [
+    "CausalMask",
+    "CrossAttention",
+    "FeedForward",
+    "MultiHeadSelfAttention",
+    "PositionalEmbedding",
+    "TransformerBlock",
+    "make_causal_mask",
+    "combine_masks",
+    "make_padding_mask",
+    "scaled_dot_product_attention",
+    "sinusoidal_encoding",
+]

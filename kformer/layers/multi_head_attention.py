@@ -1,0 +1,116 @@
+"""The projections shared by self- and cross-attention.
+
+Self- and cross-attention differ only in which tensors are passed: queries
+always come from `x`; keys and values from `x` itself or from `context`.
+"""
+
+import keras
+from keras import ops
+
+from kformer.layers.attention import scaled_dot_product_attention
+from kformer.layers.validation import check_float, check_positive_int, check_rank
+
+
+class MultiHeadAttentionBase(keras.layers.Layer):
+    """Per-head W_Q, W_K, W_V projections, scaled dot-product attention, W_O.
+
+    Subclasses decide where keys and values come from and which mask applies;
+    use `MultiHeadSelfAttention` or `CrossAttention`.
+
+    The weights have the shapes of `keras.layers.MultiHeadAttention`'s, in the
+    same order, so weights move between the two with `set_weights`:
+    W_Q, W_K, W_V `(D, H, K)` with biases `(H, K)`, W_O `(H, K, D)` with bias `(D,)`.
+
+    Args:
+        num_heads: H, the number of attention heads.
+        d_model: D, the width of `x` and of the output.
+        head_dim: K, the width of each head's queries, keys and values;
+            defaults to `d_model // num_heads`.
+        dropout: rate of dropout on the attention weights while training.
+        use_bias: whether the four projections have biases.
+    """
+
+    def __init__(self, num_heads, d_model, head_dim=None, dropout=0.0, use_bias=True, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("d_model", d_model)
+        if head_dim is None:
+            if d_model % num_heads:
+                raise ValueError(
+                    f"d_model={d_model} is not divisible by num_heads={num_heads}; "
+                    "change one of them or pass head_dim."
+                )
+            head_dim = d_model // num_heads
+        check_positive_int("head_dim", head_dim)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}.")
+        self.num_heads = num_heads
+        self.d_model = d_model
+        self.head_dim = head_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.supports_masking = True
+        self.attention_dropout = keras.layers.Dropout(dropout)
+
+    def _build_projections(self, x_shape, context_shape):
+        check_rank("x", x_shape, 3)
+        check_rank("context", context_shape, 3)
+        if x_shape[-1] != self.d_model:
+            raise ValueError(
+                f"{self.name}: x has width {x_shape[-1]} but d_model={self.d_model}; "
+                "they must match."
+            )
+        if context_shape[-1] is None:
+            raise ValueError(f"{self.name}: context needs a known last dimension, got {context_shape}.")
+        heads = (self.num_heads, self.head_dim)
+        self.query_kernel, self.query_bias = self._projection("query", x_shape[-1], heads)
+        self.key_kernel, self.key_bias = self._projection("key", context_shape[-1], heads)
+        self.value_kernel, self.value_bias = self._projection("value", context_shape[-1], heads)
+        self.output_kernel, self.output_bias = self._projection("output", heads, (self.d_model,))
+
+    def _projection(self, name, in_shape, out_shape):
+        in_shape = in_shape if isinstance(in_shape, tuple) else (in_shape,)
+        kernel = self.add_weight(
+            name=f"{name}_kernel", shape=in_shape + out_shape, initializer="glorot_uniform"
+        )
+        bias = None
+        if self.use_bias:
+            bias = self.add_weight(name=f"{name}_bias", shape=out_shape, initializer="zeros")
+        return kernel, bias
+
+    def _attend(self, x, context, attention_mask, training):
+        """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask."""
+        check_float("x", x)
+        check_float("context", context)
+        query = self._add_bias(ops.einsum("btd,dhk->bthk", x, self.query_kernel), self.query_bias)
+        key = self._add_bias(ops.einsum("bsd,dhk->bshk", context, self.key_kernel), self.key_bias)
+        value = self._add_bias(ops.einsum("bsd,dhk->bshk", context, self.value_kernel), self.value_bias)
+        query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, K)
+        key = ops.transpose(key, (0, 2, 1, 3))  # (B, H, S, K)
+        value = ops.transpose(value, (0, 2, 1, 3))  # (B, H, S, K)
+        if attention_mask is not None:
+            attention_mask = ops.expand_dims(attention_mask, 1)  # (B, 1, T, S): every head
+        heads, weights = scaled_dot_product_attention(
+            query, key, value, attention_mask,
+            dropout=lambda w: self.attention_dropout(w, training=training),
+        )  # (B, H, T, K), (B, H, T, S)
+        output = ops.einsum("bhtk,hkd->btd", heads, self.output_kernel)  # (B, T, D)
+        return self._add_bias(output, self.output_bias), weights
+
+    @staticmethod
+    def _add_bias(x, bias):
+        return x if bias is None else x + bias
+
+    def compute_mask(self, x, mask=None):
+        return mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            d_model=self.d_model,
+            head_dim=self.head_dim,
+            dropout=self.dropout,
+            use_bias=self.use_bias,
+        )
+        return config

@@ -1,0 +1,165 @@
+import keras
+
+from kformer.layers.cross_attention import CrossAttention
+from kformer.layers.feed_forward import FeedForward
+from kformer.layers.multi_head_self_attention import MultiHeadSelfAttention
+from kformer.layers.validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class TransformerBlock(keras.layers.Layer):
+    """One encoder or decoder layer of the Transformer.
+
+    Encoder block (post-LN, as in the paper):
+        x = LayerNorm(x + SelfAttention(x))
+        x = LayerNorm(x + FeedForward(x))
+    Decoder block (`causal=True, cross_attention=True`): the self-attention is
+    masked so position t sees only positions <= t, and a cross-attention
+    sub-layer over the encoder output sits between it and the feed-forward:
+        x = LayerNorm(x + CausalSelfAttention(x))
+        x = LayerNorm(x + CrossAttention(x, context))
+        x = LayerNorm(x + FeedForward(x))
+    With `norm_first=True` (pre-LN) each sub-layer reads a normalised copy,
+    `x = x + SubLayer(LayerNorm(x))`, which trains more stably in deep stacks;
+    a pre-LN stack then needs one final LayerNorm after its last block.
+    Dropout (rate `dropout`) applies to every sub-layer's output before the
+    residual sum, and to the attention weights.
+
+    Masking: `padding_mask` hides padded keys in self-attention and
+    `context_padding_mask` hides padded source positions in cross-attention.
+    When `padding_mask` is not given and `x` is the only tensor argument, the
+    Keras mask attached to `x` is used. The mask of `x` is passed on.
+
+    Args:
+        d_model: D, the width of `x` and of the output.
+        num_heads: H, heads in each attention sub-layer.
+        d_ff: the feed-forward hidden width.
+        dropout: dropout rate while training.
+        causal: mask the self-attention causally (decoder).
+        cross_attention: add the cross-attention sub-layer (decoder).
+        norm_first: pre-LN instead of the paper's post-LN.
+        layer_norm_epsilon: the epsilon of every LayerNorm.
+
+    Call arguments:
+        x: float tensor `(B, T, D)`.
+        context: float tensor `(B, S, D)`, the encoder output; required
+            exactly when `cross_attention=True`.
+        padding_mask: optional bool `(B, T)`, True at real tokens of `x`.
+        context_padding_mask: optional bool `(B, S)`, True at real source tokens.
+        training: whether dropout is active.
+
+    Example:
+    >>> decoder_block = TransformerBlock(8, 2, 32, causal=True, cross_attention=True)
+    >>> decoder_block(keras.ops.ones((1, 3, 8)), context=keras.ops.ones((1, 5, 8))).shape
+    (1, 3, 8)
+
+    Reference: Vaswani et al., "Attention Is All You Need", 2017, section 3.1;
+    Xiong et al., "On Layer Normalization in the Transformer Architecture", 2020.
+    """
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        d_ff,
+        dropout=0.1,
+        causal=False,
+        cross_attention=False,
+        norm_first=False,
+        layer_norm_epsilon=1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.causal = causal
+        self.cross_attention = cross_attention
+        self.norm_first = norm_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.supports_masking = True
+
+        self.self_attention = MultiHeadSelfAttention(
+            num_heads, d_model, dropout=dropout, causal=causal, name="self_attention"
+        )
+        self.self_attention_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="self_attention_norm"
+        )
+        if cross_attention:
+            self.cross_attention_layer = CrossAttention(num_heads, d_model, dropout=dropout, name="cross_attention")
+            self.cross_attention_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, name="cross_attention_norm"
+            )
+        self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout, name="feed_forward")
+        self.feed_forward_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="feed_forward_norm"
+        )
+        self.residual_dropout = keras.layers.Dropout(dropout)
+
+    def build(self, x_shape, context_shape=None):
+        if self.cross_attention and context_shape is None:
+            raise ValueError(f"{self.name} has cross_attention=True and needs `context` (the encoder output).")
+        self.self_attention.build(x_shape)
+        self.self_attention_norm.build(x_shape)
+        if self.cross_attention:
+            self.cross_attention_layer.build(x_shape, context_shape)
+            self.cross_attention_norm.build(x_shape)
+        self.feed_forward.build(x_shape)
+        self.feed_forward_norm.build(x_shape)
+
+    def call(
+        self,
+        x,
+        context=None,
+        padding_mask=None,
+        context_padding_mask=None,
+        training=None,
+        mask=None,
+    ):
+        if (context is not None) != self.cross_attention:
+            raise ValueError(
+                f"{self.name}: pass `context` exactly when cross_attention=True "
+                f"(cross_attention={self.cross_attention}, context given: {context is not None})."
+            )
+        if padding_mask is None:
+            padding_mask = mask
+        x = self._residual(
+            x, self.self_attention_norm, training,
+            lambda h: self.self_attention(h, padding_mask=padding_mask, training=training),
+        )
+        if self.cross_attention:
+            x = self._residual(
+                x, self.cross_attention_norm, training,
+                lambda h: self.cross_attention_layer(
+                    h, context, context_padding_mask=context_padding_mask, training=training
+                ),
+            )
+        return self._residual(
+            x, self.feed_forward_norm, training, lambda h: self.feed_forward(h, training=training)
+        )
+
+    def _residual(self, x, norm, training, sublayer):
+        """x + Dropout(SubLayer(x)), normalised after (post-LN) or before (pre-LN)."""
+        if self.norm_first:
+            return x + self.residual_dropout(sublayer(norm(x)), training=training)
+        return norm(x + self.residual_dropout(sublayer(x), training=training))
+
+    def compute_mask(self, x, mask=None):
+        return mask[0] if isinstance(mask, (list, tuple)) else mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            causal=self.causal,
+            cross_attention=self.cross_attention,
+            norm_first=self.norm_first,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+        )
+        return config

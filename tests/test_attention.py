@@ -1,0 +1,186 @@
+"""Scaled dot-product attention, self- and cross-attention: masks, invariances,
+and equality with keras.layers.MultiHeadAttention given the same weights."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import to_numpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kformer import CausalMask, CrossAttention, MultiHeadSelfAttention, make_causal_mask, scaled_dot_product_attention
+
+rng = np.random.default_rng(0)
+
+
+def random_normal(*shape):
+    return rng.standard_normal(shape).astype("float32")
+
+
+def keras_reference(layer, query_width, context_width):
+    """keras.layers.MultiHeadAttention holding `layer`'s weights."""
+    reference = keras.layers.MultiHeadAttention(layer.num_heads, layer.head_dim, use_bias=layer.use_bias)
+    reference.build((1, 1, query_width), (1, 1, context_width))
+    reference.set_weights(layer.get_weights())
+    return reference
+
+
+def randomize_biases(layer):
+    layer.set_weights([w + random_normal(*w.shape) * 0.1 for w in layer.get_weights()])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_self_attention_equals_keras_multi_head_attention(causal):
+    x = random_normal(2, 7, 16)
+    lengths = np.array([7, 4])
+    padding = np.arange(7)[None, :] < lengths[:, None]  # (B, T)
+    layer = MultiHeadSelfAttention(num_heads=4, d_model=16, causal=causal)
+    output, scores = layer(x, padding_mask=padding, return_attention_scores=True)
+    randomize_biases(layer)
+    output, scores = layer(x, padding_mask=padding, return_attention_scores=True)
+
+    mask = np.broadcast_to(padding[:, None, :], (2, 7, 7))
+    if causal:
+        mask = mask & np.tril(np.ones((7, 7), bool))
+    expected, expected_scores = keras_reference(layer, 16, 16)(
+        x, x, attention_mask=mask, return_attention_scores=True
+    )
+    np.testing.assert_allclose(to_numpy(output), to_numpy(expected), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(scores), to_numpy(expected_scores), atol=1e-5)
+
+
+def test_cross_attention_equals_keras_multi_head_attention():
+    x, context = random_normal(2, 5, 12), random_normal(2, 9, 20)
+    source_padding = np.arange(9)[None, :] < np.array([[9], [3]])
+    layer = CrossAttention(num_heads=3, d_model=12)
+    layer(x, context)
+    randomize_biases(layer)
+    output, scores = layer(x, context, context_padding_mask=source_padding, return_attention_scores=True)
+    mask = np.broadcast_to(source_padding[:, None, :], (2, 5, 9))
+    expected, expected_scores = keras_reference(layer, 12, 20)(
+        x, context, attention_mask=mask, return_attention_scores=True
+    )
+    assert scores.shape == (2, 3, 5, 9)
+    np.testing.assert_allclose(to_numpy(output), to_numpy(expected), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(scores), to_numpy(expected_scores), atol=1e-5)
+
+
+def test_weights_rows_sum_to_one_and_masked_weights_are_exactly_zero():
+    mask = np.tril(np.ones((6, 6), bool))[None] & (np.arange(6) < 4)[None, None, :]
+    q, k, v = random_normal(1, 6, 8), random_normal(1, 6, 8), random_normal(1, 6, 8)
+    _, weights = scaled_dot_product_attention(q, k, v, mask)
+    weights = to_numpy(weights)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
+    assert np.all(weights[~np.broadcast_to(mask, weights.shape)] == 0.0)
+
+
+def test_fully_masked_row_gives_zeros_not_nan():
+    mask = np.array([[[True, False, True], [False, False, False]]])  # second query sees nothing
+    output, weights = scaled_dot_product_attention(
+        random_normal(1, 2, 4) * 1e3, random_normal(1, 3, 4), random_normal(1, 3, 5), mask
+    )
+    output, weights = to_numpy(output), to_numpy(weights)
+    assert np.isfinite(output).all() and np.isfinite(weights).all()
+    np.testing.assert_array_equal(weights[0, 1], 0.0)
+    np.testing.assert_array_equal(output[0, 1], 0.0)
+    np.testing.assert_allclose(weights[0, 0].sum(), 1.0, atol=1e-6)
+
+
+def test_mask_is_applied_before_the_softmax():
+    # Masking the scores (-inf before exp) equals zeroing the weights after
+    # the softmax AND renormalising the rows: the seed's point is that the
+    # first needs no extra step.
+    scores_query, keys = random_normal(1, 4, 8), random_normal(1, 4, 8)
+    values = np.eye(4, dtype="float32")[None]
+    _, full = scaled_dot_product_attention(scores_query, keys, values)
+    _, masked = scaled_dot_product_attention(scores_query, keys, values, make_causal_mask(4))
+    full, masked = to_numpy(full)[0], to_numpy(masked)[0]
+    expected = np.tril(full) / np.tril(full).sum(-1, keepdims=True)
+    np.testing.assert_allclose(masked, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("d_k", [4, 64, 512])
+def test_scaling_keeps_score_variance_near_one(d_k):
+    q, k = random_normal(4000, d_k), random_normal(4000, d_k)
+    raw = np.sum(q * k, axis=-1)
+    assert raw.var() == pytest.approx(d_k, rel=0.1)
+    assert (raw / np.sqrt(d_k)).var() == pytest.approx(1.0, rel=0.1)
+
+
+def test_scaled_dot_product_attention_equals_numpy():
+    q, k, v = random_normal(2, 3, 5, 8), random_normal(2, 3, 7, 8), random_normal(2, 3, 7, 6)
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(8)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    output, actual_weights = scaled_dot_product_attention(q, k, v)
+    np.testing.assert_allclose(to_numpy(actual_weights), weights, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(output), weights @ v, atol=1e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.permutations(list(range(6))))
+def test_self_attention_is_permutation_equivariant(permutation):
+    layer = MultiHeadSelfAttention(num_heads=2, d_model=8)
+    x = random_normal(1, 6, 8)
+    permutation = np.array(permutation)
+    np.testing.assert_allclose(
+        to_numpy(layer(x[:, permutation])), to_numpy(layer(x))[:, permutation], atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("t", [0, 2, 5])
+def test_causal_self_attention_ignores_the_future(t):
+    layer = MultiHeadSelfAttention(num_heads=2, d_model=8, causal=True)
+    x = random_normal(1, 7, 8)
+    changed = x.copy()
+    changed[:, t + 1 :] = random_normal(1, 7 - t - 1, 8)
+    before, after = to_numpy(layer(x)), to_numpy(layer(changed))
+    np.testing.assert_allclose(before[:, : t + 1], after[:, : t + 1], atol=1e-6)
+    assert not np.allclose(before[:, t + 1 :], after[:, t + 1 :])
+
+
+def test_self_attention_ignores_padded_positions():
+    layer = MultiHeadSelfAttention(num_heads=2, d_model=8)
+    x = random_normal(2, 6, 8)
+    padding = np.arange(6)[None, :] < np.array([[6], [4]])
+    changed = x.copy()
+    changed[1, 4:] = random_normal(2, 8) * 100
+    before = to_numpy(layer(x, padding_mask=padding))
+    after = to_numpy(layer(changed, padding_mask=padding))
+    np.testing.assert_allclose(before[1, :4], after[1, :4], atol=1e-5)
+    np.testing.assert_allclose(before[0], after[0], atol=1e-6)
+
+
+def test_cross_attention_ignores_padded_source_positions():
+    layer = CrossAttention(num_heads=2, d_model=8)
+    x, context = random_normal(2, 3, 8), random_normal(2, 6, 8)
+    source_padding = np.arange(6)[None, :] < np.array([[6], [2]])
+    changed = context.copy()
+    changed[1, 2:] = random_normal(4, 8) * 100
+    before = to_numpy(layer(x, context, context_padding_mask=source_padding))
+    after = to_numpy(layer(x, changed, context_padding_mask=source_padding))
+    np.testing.assert_allclose(before, after, atol=1e-5)
+
+
+def test_causal_mask_layer_is_lower_triangular_and_combines_with_padding():
+    mask = to_numpy(CausalMask()(np.zeros((2, 4), "int32")))
+    np.testing.assert_array_equal(mask, np.tril(np.ones((4, 4), bool))[None])
+    padding = np.array([[True, True, True, True], [True, True, False, False]])
+    combined = to_numpy(CausalMask()(np.zeros((2, 4, 3), "float32"), mask=padding))
+    assert combined.shape == (2, 4, 4)
+    np.testing.assert_array_equal(combined[1], np.tril(np.ones((4, 4), bool)) & padding[1][None, :])
+
+
+def test_attention_keeps_softmax_in_float32_under_mixed_precision():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        layer = MultiHeadSelfAttention(num_heads=2, d_model=8)
+        x = random_normal(1, 5, 8)
+        padding = np.array([[True, True, True, False, False]])
+        output, weights = layer(x, padding_mask=padding, return_attention_scores=True)
+        assert keras.backend.standardize_dtype(output.dtype) == "float16"
+        assert keras.backend.standardize_dtype(weights.dtype) == "float32"
+        assert np.isfinite(to_numpy(output)).all()
+        np.testing.assert_array_equal(to_numpy(weights)[..., 3:], 0.0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
