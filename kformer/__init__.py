@@ -5,11 +5,39 @@ Shapes are written with one alphabet throughout the package:
     H heads, K head width (head_dim), V vocabulary size.
 """
 
+import contextlib
 import os
+import sys
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Hides what TensorFlow's C++ start-up writes to fd 2 before its logging is set up.
+
+    On CPU machines it prints CUDA probing and oneDNN notes that bury the output
+    people came for, and TF_CPP_MIN_LOG_LEVEL does not reach those lines.
+    TF_CPP_MIN_LOG_LEVEL=0 keeps them.
+    """
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0" or "tensorflow" in sys.modules:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import keras  # noqa: E402
+with _quiet_native_stderr():
+    import keras  # noqa: E402
+    import tensorflow  # noqa: E402, F401  (keras imports it lazily on some paths)
 
 if keras.backend.backend() != "tensorflow":
     raise ImportError(

@@ -32,3 +32,27 @@ def run_fresh_python(code, cwd):
 
 def to_numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def tiny_seq2seq(vocab_size=20, d_model=16, num_heads=2, d_ff=32):
+    """A one-layer encoder-decoder made of kformer layers, for save/convert tests."""
+    import kformer
+
+    encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
+    decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+    source_padding = kformer.make_padding_mask(encoder_tokens)
+    target_padding = kformer.make_padding_mask(decoder_tokens)
+    context = kformer.PositionalEmbedding(vocab_size, d_model)(encoder_tokens)
+    context = kformer.TransformerBlock(d_model, num_heads, d_ff)(context, padding_mask=source_padding)
+    x = kformer.PositionalEmbedding(vocab_size, d_model)(decoder_tokens)
+    x = kformer.TransformerBlock(d_model, num_heads, d_ff, causal=True, cross_attention=True)(
+        x, context=context, padding_mask=target_padding, context_padding_mask=source_padding
+    )
+    logits = keras.layers.Dense(vocab_size, name="logits")(x)
+    return keras.Model([encoder_tokens, decoder_tokens], logits)
+
+
+TINY_BATCH = (
+    np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]], dtype="int32"),
+    np.array([[1, 5, 6, 0], [1, 9, 10, 11]], dtype="int32"),
+)

@@ -42,9 +42,7 @@ def test_self_attention_equals_keras_multi_head_attention(causal):
     mask = np.broadcast_to(padding[:, None, :], (2, 7, 7))
     if causal:
         mask = mask & np.tril(np.ones((7, 7), bool))
-    expected, expected_scores = keras_reference(layer, 16, 16)(
-        x, x, attention_mask=mask, return_attention_scores=True
-    )
+    expected, expected_scores = keras_reference(layer, 16, 16)(x, x, attention_mask=mask, return_attention_scores=True)
     np.testing.assert_allclose(to_numpy(output), to_numpy(expected), atol=1e-5)
     np.testing.assert_allclose(to_numpy(scores), to_numpy(expected_scores), atol=1e-5)
 
@@ -123,9 +121,7 @@ def test_self_attention_is_permutation_equivariant(permutation):
     layer = MultiHeadSelfAttention(num_heads=2, d_model=8)
     x = random_normal(1, 6, 8)
     permutation = np.array(permutation)
-    np.testing.assert_allclose(
-        to_numpy(layer(x[:, permutation])), to_numpy(layer(x))[:, permutation], atol=1e-5
-    )
+    np.testing.assert_allclose(to_numpy(layer(x[:, permutation])), to_numpy(layer(x))[:, permutation], atol=1e-5)
 
 
 @pytest.mark.parametrize("t", [0, 2, 5])

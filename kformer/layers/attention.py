@@ -80,8 +80,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
     d_k = ops.shape(query)[-1]
     if not isinstance(d_k, int):
         raise ValueError(
-            f"scaled_dot_product_attention needs a static last dimension for "
-            f"`query`, got shape {query.shape}."
+            f"scaled_dot_product_attention needs a static last dimension for `query`, got shape {query.shape}."
         )
     scores = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (..., T, S)
     scores = ops.cast(scores, "float32") / math.sqrt(d_k)

@@ -46,9 +46,7 @@ class FeedForward(keras.layers.Layer):
 
     def build(self, x_shape):
         if x_shape[-1] != self.d_model:
-            raise ValueError(
-                f"{self.name}: x has width {x_shape[-1]} but d_model={self.d_model}; they must match."
-            )
+            raise ValueError(f"{self.name}: x has width {x_shape[-1]} but d_model={self.d_model}; they must match.")
         self.hidden.build(x_shape)
         self.projection.build(tuple(x_shape[:-1]) + (self.d_ff,))
 

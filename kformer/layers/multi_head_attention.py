@@ -37,8 +37,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         if head_dim is None:
             if d_model % num_heads:
                 raise ValueError(
-                    f"d_model={d_model} is not divisible by num_heads={num_heads}; "
-                    "change one of them or pass head_dim."
+                    f"d_model={d_model} is not divisible by num_heads={num_heads}; change one of them or pass head_dim."
                 )
             head_dim = d_model // num_heads
         check_positive_int("head_dim", head_dim)
@@ -56,10 +55,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         check_rank("x", x_shape, 3)
         check_rank("context", context_shape, 3)
         if x_shape[-1] != self.d_model:
-            raise ValueError(
-                f"{self.name}: x has width {x_shape[-1]} but d_model={self.d_model}; "
-                "they must match."
-            )
+            raise ValueError(f"{self.name}: x has width {x_shape[-1]} but d_model={self.d_model}; they must match.")
         if context_shape[-1] is None:
             raise ValueError(f"{self.name}: context needs a known last dimension, got {context_shape}.")
         heads = (self.num_heads, self.head_dim)
@@ -70,9 +66,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
 
     def _projection(self, name, in_shape, out_shape):
         in_shape = in_shape if isinstance(in_shape, tuple) else (in_shape,)
-        kernel = self.add_weight(
-            name=f"{name}_kernel", shape=in_shape + out_shape, initializer="glorot_uniform"
-        )
+        kernel = self.add_weight(name=f"{name}_kernel", shape=in_shape + out_shape, initializer="glorot_uniform")
         bias = None
         if self.use_bias:
             bias = self.add_weight(name=f"{name}_bias", shape=out_shape, initializer="zeros")
@@ -91,7 +85,10 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         if attention_mask is not None:
             attention_mask = ops.expand_dims(attention_mask, 1)  # (B, 1, T, S): every head
         heads, weights = scaled_dot_product_attention(
-            query, key, value, attention_mask,
+            query,
+            key,
+            value,
+            attention_mask,
             dropout=lambda w: self.attention_dropout(w, training=training),
         )  # (B, H, T, K), (B, H, T, S)
         output = ops.einsum("bhtk,hkd->btd", heads, self.output_kernel)  # (B, T, D)

@@ -92,7 +92,5 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            vocab_size=self.vocab_size, d_model=self.d_model, scale=self.scale, mask_zero=self.mask_zero
-        )
+        config.update(vocab_size=self.vocab_size, d_model=self.d_model, scale=self.scale, mask_zero=self.mask_zero)
         return config

@@ -94,9 +94,7 @@ class TransformerBlock(keras.layers.Layer):
                 epsilon=layer_norm_epsilon, name="cross_attention_norm"
             )
         self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout, name="feed_forward")
-        self.feed_forward_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="feed_forward_norm"
-        )
+        self.feed_forward_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="feed_forward_norm")
         self.residual_dropout = keras.layers.Dropout(dropout)
 
     def build(self, x_shape, context_shape=None):
@@ -127,19 +125,21 @@ class TransformerBlock(keras.layers.Layer):
         if padding_mask is None:
             padding_mask = mask
         x = self._residual(
-            x, self.self_attention_norm, training,
+            x,
+            self.self_attention_norm,
+            training,
             lambda h: self.self_attention(h, padding_mask=padding_mask, training=training),
         )
         if self.cross_attention:
             x = self._residual(
-                x, self.cross_attention_norm, training,
+                x,
+                self.cross_attention_norm,
+                training,
                 lambda h: self.cross_attention_layer(
                     h, context, context_padding_mask=context_padding_mask, training=training
                 ),
             )
-        return self._residual(
-            x, self.feed_forward_norm, training, lambda h: self.feed_forward(h, training=training)
-        )
+        return self._residual(x, self.feed_forward_norm, training, lambda h: self.feed_forward(h, training=training))
 
     def _residual(self, x, norm, training, sublayer):
         """x + Dropout(SubLayer(x)), normalised after (post-LN) or before (pre-LN)."""

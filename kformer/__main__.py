@@ -1,0 +1,5 @@
+import sys
+
+from kformer.cli import main
+
+sys.exit(main())

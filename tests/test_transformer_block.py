@@ -1,0 +1,125 @@
+"""TransformerBlock against a NumPy transcription of the paper, and its invariances."""
+
+import numpy as np
+import pytest
+from conftest import to_numpy
+
+from kformer import TransformerBlock
+
+rng = np.random.default_rng(7)
+
+
+def random_normal(*shape):
+    return rng.standard_normal(shape).astype("float32")
+
+
+def np_attention(layer, x, context, mask):
+    """Multi-head attention in NumPy from a kformer attention layer's weights."""
+    w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o = layer.get_weights()
+    q = np.einsum("btd,dhk->bhtk", x, w_q) + b_q[None, :, None, :]
+    k = np.einsum("bsd,dhk->bhsk", context, w_k) + b_k[None, :, None, :]
+    v = np.einsum("bsd,dhk->bhsk", context, w_v) + b_v[None, :, None, :]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    scores = np.where(mask[:, None], scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return np.einsum("bhtk,hkd->btd", weights @ v, w_o) + b_o
+
+
+def np_layer_norm(norm, x):
+    gamma, beta = norm.get_weights()
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return gamma * (x - mean) / np.sqrt(var + norm.epsilon) + beta
+
+
+def np_feed_forward(ffn, x):
+    w_1, b_1, w_2, b_2 = ffn.get_weights()
+    return np.maximum(0, x @ w_1 + b_1) @ w_2 + b_2
+
+
+def np_block(block, x, context=None, padding=None, context_padding=None):
+    batch, length = x.shape[:2]
+    padding = np.ones((batch, length), bool) if padding is None else padding
+    self_mask = np.broadcast_to(padding[:, None, :], (batch, length, length))
+    if block.causal:
+        self_mask = self_mask & np.tril(np.ones((length, length), bool))
+    sublayers = [(block.self_attention_norm, lambda h: np_attention(block.self_attention, h, h, self_mask))]
+    if block.cross_attention:
+        source_padding = np.ones(context.shape[:2], bool) if context_padding is None else context_padding
+        cross_mask = np.broadcast_to(source_padding[:, None, :], (batch, length, context.shape[1]))
+        sublayers.append(
+            (block.cross_attention_norm, lambda h: np_attention(block.cross_attention_layer, h, context, cross_mask))
+        )
+    sublayers.append((block.feed_forward_norm, lambda h: np_feed_forward(block.feed_forward, h)))
+    for norm, sublayer in sublayers:
+        if block.norm_first:
+            x = x + sublayer(np_layer_norm(norm, x))
+        else:
+            x = np_layer_norm(norm, x + sublayer(x))
+    return x
+
+
+def perturb(block):
+    """Random biases and norm parameters, so the comparison exercises all of them."""
+    block.set_weights([w + 0.1 * random_normal(*w.shape) for w in block.get_weights()])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("decoder", [False, True])
+def test_block_equals_numpy_transcription(norm_first, decoder):
+    x, context = random_normal(2, 6, 16), random_normal(2, 9, 16)
+    padding = np.arange(6)[None, :] < np.array([[6], [4]])
+    source_padding = np.arange(9)[None, :] < np.array([[9], [5]])
+    block = TransformerBlock(16, 4, 32, causal=decoder, cross_attention=decoder, norm_first=norm_first)
+    kwargs = dict(context=context, context_padding_mask=source_padding) if decoder else {}
+    block(x, padding_mask=padding, **kwargs)
+    perturb(block)
+    actual = to_numpy(block(x, padding_mask=padding, **kwargs))
+    expected = np_block(block, x, context if decoder else None, padding, source_padding)
+    np.testing.assert_allclose(actual, expected, atol=2e-5)
+
+
+def test_decoder_block_ignores_future_target_tokens():
+    block = TransformerBlock(16, 4, 32, dropout=0.0, causal=True, cross_attention=True)
+    x, context = random_normal(1, 8, 16), random_normal(1, 5, 16)
+    for t in range(7):
+        changed = x.copy()
+        changed[:, t + 1 :] = random_normal(1, 8 - t - 1, 16)
+        np.testing.assert_allclose(
+            to_numpy(block(changed, context=context))[:, : t + 1],
+            to_numpy(block(x, context=context))[:, : t + 1],
+            atol=1e-5,
+        )
+
+
+def test_encoder_block_ignores_padded_tokens():
+    block = TransformerBlock(16, 4, 32)
+    x = random_normal(2, 6, 16)
+    padding = np.arange(6)[None, :] < np.array([[6], [3]])
+    changed = x.copy()
+    changed[1, 3:] = random_normal(3, 16) * 50
+    np.testing.assert_allclose(
+        to_numpy(block(changed, padding_mask=padding))[1, :3],
+        to_numpy(block(x, padding_mask=padding))[1, :3],
+        atol=1e-5,
+    )
+
+
+def test_decoder_block_ignores_padded_source_tokens():
+    block = TransformerBlock(16, 4, 32, causal=True, cross_attention=True)
+    x, context = random_normal(2, 4, 16), random_normal(2, 7, 16)
+    source_padding = np.arange(7)[None, :] < np.array([[7], [2]])
+    changed = context.copy()
+    changed[1, 2:] = random_normal(5, 16) * 50
+    np.testing.assert_allclose(
+        to_numpy(block(x, context=changed, context_padding_mask=source_padding)),
+        to_numpy(block(x, context=context, context_padding_mask=source_padding)),
+        atol=1e-5,
+    )
+
+
+def test_dropout_is_active_only_while_training():
+    block = TransformerBlock(16, 4, 32, dropout=0.5)
+    x = random_normal(1, 5, 16)
+    np.testing.assert_allclose(to_numpy(block(x)), to_numpy(block(x, training=False)), atol=1e-6)
+    assert not np.allclose(to_numpy(block(x, training=True)), to_numpy(block(x)), atol=1e-3)

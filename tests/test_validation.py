@@ -1,0 +1,61 @@
+"""Bad arguments fail early with a ValueError that names the argument and value."""
+
+import numpy as np
+import pytest
+
+from kformer import (
+    CrossAttention,
+    FeedForward,
+    MultiHeadSelfAttention,
+    PositionalEmbedding,
+    TransformerBlock,
+    sinusoidal_encoding,
+)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: MultiHeadSelfAttention(num_heads=3, d_model=8), "d_model=8 is not divisible by num_heads=3"),
+        (lambda: MultiHeadSelfAttention(num_heads=0, d_model=8), "num_heads=0"),
+        (lambda: CrossAttention(num_heads=2, d_model=8, head_dim=-1), "head_dim=-1"),
+        (lambda: MultiHeadSelfAttention(num_heads=2, d_model=8, dropout=1.5), "dropout=1.5"),
+        (lambda: PositionalEmbedding(vocab_size=0, d_model=8), "vocab_size=0"),
+        (lambda: PositionalEmbedding(vocab_size=10, d_model=8.0), "d_model=8.0"),
+        (lambda: FeedForward(d_model=8, d_ff=None), "d_ff=None"),
+        (lambda: TransformerBlock(8, 3, 16), "d_model=8 is not divisible by num_heads=3"),
+        (lambda: sinusoidal_encoding(4, 0), "d_model=0"),
+    ],
+)
+def test_bad_constructor_arguments(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_head_dim_allows_any_width():
+    layer = MultiHeadSelfAttention(num_heads=3, d_model=8, head_dim=5)
+    assert layer(np.zeros((1, 2, 8), "float32")).shape == (1, 2, 8)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: MultiHeadSelfAttention(2, 8)(np.zeros((1, 4, 6), "float32")), "x has width 6 but d_model=8"),
+        (lambda: MultiHeadSelfAttention(2, 8)(np.zeros((4, 8), "float32")), "x must have rank 3"),
+        (lambda: MultiHeadSelfAttention(2, 8)(np.zeros((1, 4, 8), "int32")), "x must be a float tensor"),
+        (
+            lambda: CrossAttention(2, 8)(np.zeros((1, 4, 8), "float32"), np.zeros((1, 4), "float32")),
+            "context must have rank 3",
+        ),
+        (lambda: FeedForward(8, 16)(np.zeros((1, 4, 5), "float32")), "x has width 5 but d_model=8"),
+        (lambda: PositionalEmbedding(10, 8)(np.zeros((1, 4), "float32")), "token_ids must hold integer"),
+        (lambda: TransformerBlock(8, 2, 16, cross_attention=True)(np.zeros((1, 4, 8), "float32")), "needs `context`"),
+        (
+            lambda: TransformerBlock(8, 2, 16)(np.zeros((1, 4, 8), "float32"), context=np.zeros((1, 4, 8), "float32")),
+            "pass `context` exactly when cross_attention=True",
+        ),
+    ],
+)
+def test_bad_inputs(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
