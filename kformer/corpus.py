@@ -1,0 +1,287 @@
+"""The built-in English -> Spanish corpus, generated from a small grammar.
+
+Built around the seed's example, "the black cat sleeps" -> "el gato negro
+duerme", it exercises what makes translation more than word lookup:
+- articles agree with the noun's gender and number (el/la/los/las, un/una),
+- adjectives follow the noun and agree with it (negro/negra/negros/negras),
+- verbs agree with their subject (duerme/duermen),
+- animate objects take the personal "a" (a + el = "al"), places take
+  prepositions that contract (de + el = "del"),
+- relative clauses put the main verb far from the subject it agrees with:
+  "the cats that the girl sees sleep" -> "los gatos que la niña ve duermen".
+
+Deterministic from a seed. The test split is compositional: each test
+sentence contains an adjective-noun pair that no training or validation
+sentence contains, while every word on its own is seen in training.
+"""
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Noun:
+    english: str
+    english_plural: str
+    spanish: str
+    spanish_plural: str
+    feminine: bool
+    animate: bool
+
+
+@dataclass(frozen=True)
+class Adjective:
+    english: str
+    masculine: str
+    feminine: str
+    masculine_plural: str
+    feminine_plural: str
+
+    def agree(self, noun, plural):
+        if plural:
+            return self.feminine_plural if noun.feminine else self.masculine_plural
+        return self.feminine if noun.feminine else self.masculine
+
+
+@dataclass(frozen=True)
+class Verb:
+    english: str  # third person singular
+    english_plural: str
+    spanish: str
+    spanish_plural: str
+
+
+def _nouns(rows, animate):
+    return [Noun(*row.split(), feminine=gender == "f", animate=animate) for row, gender in rows]
+
+
+ANIMATE = _nouns(
+    [
+        ("cat cats gato gatos", "m"),
+        ("dog dogs perro perros", "m"),
+        ("bird birds pájaro pájaros", "m"),
+        ("horse horses caballo caballos", "m"),
+        ("boy boys niño niños", "m"),
+        ("man men hombre hombres", "m"),
+        ("mouse mice ratón ratones", "m"),
+        ("duck ducks pato patos", "m"),
+        ("girl girls niña niñas", "f"),
+        ("woman women mujer mujeres", "f"),
+        ("cow cows vaca vacas", "f"),
+        ("hen hens gallina gallinas", "f"),
+        ("goat goats cabra cabras", "f"),
+        ("frog frogs rana ranas", "f"),
+    ],
+    animate=True,
+)
+THINGS = _nouns(
+    [
+        ("book books libro libros", "m"),
+        ("car cars coche coches", "m"),
+        ("hat hats sombrero sombreros", "m"),
+        ("apple apples manzana manzanas", "f"),
+        ("ball balls pelota pelotas", "f"),
+        ("letter letters carta cartas", "f"),
+        ("flower flowers flor flores", "f"),
+        ("key keys llave llaves", "f"),
+        ("box boxes caja cajas", "f"),
+    ],
+    animate=False,
+)
+PLACES = _nouns(
+    [
+        ("garden gardens jardín jardines", "m"),
+        ("tree trees árbol árboles", "m"),
+        ("river rivers río ríos", "m"),
+        ("park parks parque parques", "m"),
+        ("house houses casa casas", "f"),
+        ("table tables mesa mesas", "f"),
+        ("bed beds cama camas", "f"),
+        ("door doors puerta puertas", "f"),
+        ("window windows ventana ventanas", "f"),
+    ],
+    animate=False,
+)
+ADJECTIVES = [
+    Adjective(*row.split())
+    for row in [
+        "black negro negra negros negras",
+        "white blanco blanca blancos blancas",
+        "red rojo roja rojos rojas",
+        "small pequeño pequeña pequeños pequeñas",
+        "big grande grande grandes grandes",
+        "old viejo vieja viejos viejas",
+        "new nuevo nueva nuevos nuevas",
+        "happy feliz feliz felices felices",
+        "tired cansado cansada cansados cansadas",
+        "fast rápido rápida rápidos rápidas",
+        "tall alto alta altos altas",
+        "pretty bonito bonita bonitos bonitas",
+        "young joven joven jóvenes jóvenes",
+        "green verde verde verdes verdes",
+    ]
+]
+INTRANSITIVE = [
+    Verb(*row.split())
+    for row in [
+        "sleeps sleep duerme duermen",
+        "runs run corre corren",
+        "eats eat come comen",
+        "sings sing canta cantan",
+        "walks walk camina caminan",
+        "jumps jump salta saltan",
+        "swims swim nada nadan",
+        "waits wait espera esperan",
+        "plays play juega juegan",
+        "dances dance baila bailan",
+    ]
+]
+TRANSITIVE = [
+    Verb(*row.split())
+    for row in [
+        "sees see ve ven",
+        "watches watch mira miran",
+        "finds find encuentra encuentran",
+        "follows follow sigue siguen",
+        "wants want quiere quieren",
+        "has have tiene tienen",
+        "carries carry lleva llevan",
+    ]
+]
+# English preposition -> Spanish, and whether the Spanish ends in "de" (de + el = del).
+PREPOSITIONS = [
+    ("in", "en"),
+    ("on", "sobre"),
+    ("near", "cerca de"),
+    ("under", "debajo de"),
+    ("behind", "detrás de"),
+]
+# English determiner (singular, plural) -> Spanish (m, f, m plural, f plural).
+DETERMINERS = [
+    (("the", "the"), ("el", "la", "los", "las")),
+    (("a", "some"), ("un", "una", "unos", "unas")),
+    (("this", "these"), ("este", "esta", "estos", "estas")),
+    (("my", "my"), ("mi", "mi", "mis", "mis")),
+]
+
+SEED_SENTENCES = ["the black cat sleeps", "the cats that the girl sees sleep"]
+
+
+@dataclass(frozen=True)
+class _Phrase:
+    english: str
+    spanish: str
+    noun: Noun
+    plural: bool
+    adjective: Adjective | None
+
+
+def _noun_phrase(rng, nouns, adjective_rate=0.5):
+    noun = rng.choice(nouns)
+    plural = rng.random() < 0.4
+    (en_sg, en_pl), spanish_forms = rng.choice(DETERMINERS)
+    english_det = en_pl if plural else en_sg
+    spanish_det = spanish_forms[2 * plural + noun.feminine]
+    english_noun = noun.english_plural if plural else noun.english
+    spanish_noun = noun.spanish_plural if plural else noun.spanish
+    adjective = rng.choice(ADJECTIVES) if rng.random() < adjective_rate else None
+    if adjective is None:
+        return _Phrase(f"{english_det} {english_noun}", f"{spanish_det} {spanish_noun}", noun, plural, None)
+    return _Phrase(
+        f"{english_det} {adjective.english} {english_noun}",
+        f"{spanish_det} {spanish_noun} {adjective.agree(noun, plural)}",
+        noun,
+        plural,
+        adjective,
+    )
+
+
+def _after(spanish_word, phrase):
+    """Joins a preposition and a phrase: a + el -> al, de + el -> del."""
+    if spanish_word in ("a", "de") and phrase.spanish.startswith("el "):
+        return f"{spanish_word}l {phrase.spanish[3:]}"
+    return f"{spanish_word} {phrase.spanish}"
+
+
+def _object(rng, verb):
+    phrase = _noun_phrase(rng, ANIMATE + THINGS)
+    spanish = _after("a", phrase) if phrase.noun.animate else phrase.spanish
+    return phrase, spanish
+
+
+def _verb(verb, subject):
+    if subject.plural:
+        return verb.english_plural, verb.spanish_plural
+    return verb.english, verb.spanish
+
+
+def _sentence(rng):
+    """One (english, spanish, phrases) triple from a random template."""
+    subject = _noun_phrase(rng, ANIMATE)
+    phrases = [subject]
+    template = rng.choice(["intransitive", "transitive", "subject_relative", "object_relative"])
+    english, spanish = [subject.english], [subject.spanish]
+    if template == "subject_relative":  # the cat that sees the dogs sleeps
+        verb = rng.choice(TRANSITIVE)
+        obj, obj_spanish = _object(rng, verb)
+        en_verb, es_verb = _verb(verb, subject)
+        english += ["that", en_verb, obj.english]
+        spanish += ["que", es_verb, obj_spanish]
+        phrases.append(obj)
+    elif template == "object_relative":  # the cats that the girl sees sleep
+        inner = _noun_phrase(rng, ANIMATE)
+        en_verb, es_verb = _verb(rng.choice(TRANSITIVE), inner)
+        english += ["that", inner.english, en_verb]
+        spanish += ["que", inner.spanish, es_verb]
+        phrases.append(inner)
+    if template == "transitive":
+        verb = rng.choice(TRANSITIVE)
+        obj, obj_spanish = _object(rng, verb)
+        en_verb, es_verb = _verb(verb, subject)
+        english += [en_verb, obj.english]
+        spanish += [es_verb, obj_spanish]
+        phrases.append(obj)
+    else:
+        en_verb, es_verb = _verb(rng.choice(INTRANSITIVE), subject)
+        english.append(en_verb)
+        spanish.append(es_verb)
+    if rng.random() < 0.4:
+        english_preposition, spanish_preposition = rng.choice(PREPOSITIONS)
+        place = _noun_phrase(rng, PLACES, adjective_rate=0.3)
+        english += [english_preposition, place.english]
+        words = spanish_preposition.split()
+        spanish += [*words[:-1], _after(words[-1], place)]
+        phrases.append(place)
+    return " ".join(english), " ".join(spanish), phrases
+
+
+def held_out_pairs(seed=0):
+    """The (adjective, noun) pairs reserved for the test split: one per noun."""
+    rng = random.Random(f"held-out-{seed}")
+    return {(rng.choice(ADJECTIVES).english, noun.english) for noun in ANIMATE + THINGS + PLACES}
+
+
+def builtin_splits(seed=0, train_size=20_000, valid_size=500, test_size=1_000):
+    """The built-in corpus as {"train", "valid", "test"} lists of (english, spanish).
+
+    All sentences are distinct. Train and valid never contain a held-out
+    adjective-noun pair; every test sentence contains at least one.
+    """
+    rng = random.Random(seed)
+    held_out = held_out_pairs(seed)
+    seen = set()
+    splits = {"train": [], "valid": [], "test": []}
+    sizes = {"train": train_size, "valid": valid_size, "test": test_size}
+    while any(len(splits[name]) < sizes[name] for name in splits):
+        english, spanish, phrases = _sentence(rng)
+        if english in seen:
+            continue
+        seen.add(english)
+        novel = any(p.adjective and (p.adjective.english, p.noun.english) in held_out for p in phrases)
+        if novel:
+            name = "test"
+        else:
+            name = "valid" if len(splits["valid"]) < valid_size and rng.random() < 0.05 else "train"
+        if len(splits[name]) < sizes[name]:
+            splits[name].append((english, spanish))
+    return splits

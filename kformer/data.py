@@ -1,0 +1,173 @@
+"""Sentence-pair files, deterministic splits and the tf.data training pipeline.
+
+A pair file is Tatoeba/Anki style: `English<TAB>Target[<TAB>attribution]`, one
+pair per line, UTF-8; given as .txt/.tsv or as the .zip it is published in.
+"""
+
+import hashlib
+import unicodedata
+import zipfile
+from pathlib import Path
+
+import tensorflow as tf
+
+from kformer.text import END_ID, PAD_ID, START_ID
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file (and line) and what to do."""
+
+
+def _decode(raw, name):
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise DataError(f"{name}, line {line}: not UTF-8 text; re-save the file as UTF-8.") from None
+
+
+def _read_text(path):
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such file; give a .txt, .tsv or .zip of sentence pairs.")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory; give a .txt, .tsv or .zip file of sentence pairs.")
+    if path.suffix.lower() != ".zip":
+        return _decode(path.read_bytes(), str(path)), str(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise DataError(f"{path}: not a readable .zip archive.") from None
+    with archive:
+        members = [
+            name
+            for name in archive.namelist()
+            if name.lower().endswith((".txt", ".tsv"))
+            and not Path(name).name.startswith(("_", "."))  # _about.txt, macOS ._ files
+            and not name.startswith("__MACOSX")
+        ]
+        if not members:
+            raise DataError(f"{path}: the archive holds no .txt or .tsv file of sentence pairs.")
+        member = max(members, key=lambda name: archive.getinfo(name).file_size)
+        name = f"{path}:{member}"
+        return _decode(archive.read(member), name), name
+
+
+def read_pairs(path):
+    """Reads sentence pairs from a .txt/.tsv file or a .zip holding one.
+
+    Text is NFC-normalised and stripped; a third tab field (attribution) is
+    ignored; blank lines are skipped. In an archive, metadata files
+    (`_about.txt`) are ignored and the largest text file is read.
+
+    Returns:
+        A list of (source, target) string pairs.
+
+    Raises:
+        DataError: a missing, empty or non-UTF-8 file, or a line without a tab
+            or with an empty side; the message names the file and line.
+    """
+    text, name = _read_text(path)
+    pairs = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise DataError(f"{name}, line {number}: no tab; each line must be 'source<TAB>target'.")
+        source, target = (unicodedata.normalize("NFC", field.strip()) for field in fields[:2])
+        if not source or not target:
+            side = "source" if not source else "target"
+            raise DataError(f"{name}, line {number}: the {side} side is empty.")
+        pairs.append((source, target))
+    if not pairs:
+        raise DataError(f"{name}: holds no sentence pairs.")
+    return pairs
+
+
+def split_pairs(pairs, valid_fraction=0.02, test_fraction=0.02, salt="kformer"):
+    """Splits pairs into train/valid/test by unique source sentence.
+
+    Every translation of one source sentence lands in the same split, so test
+    sentences never appear in training. The split of a sentence depends only
+    on its text (a hash), not on file order or size.
+
+    Returns:
+        {"train": [...], "valid": [...], "test": [...]} lists of pairs.
+    """
+    splits = {"train": [], "valid": [], "test": []}
+    for pair in pairs:
+        digest = hashlib.sha256(f"{salt}\0{pair[0]}".encode()).digest()
+        fraction = int.from_bytes(digest[:8], "big") / 2**64
+        if fraction < test_fraction:
+            splits["test"].append(pair)
+        elif fraction < test_fraction + valid_fraction:
+            splits["valid"].append(pair)
+        else:
+            splits["train"].append(pair)
+    return splits
+
+
+def teacher_forcing(source_ids, target_ids, max_length):
+    """Ids of one pair -> ((encoder_tokens, decoder_tokens), labels).
+
+    The decoder reads [START] + target and is trained to predict target +
+    [END]: at every position t the label is the token that comes after the
+    tokens it has seen. Sequences are cut to `max_length` tokens.
+    """
+    source_ids = source_ids[:max_length]
+    target_ids = target_ids[: max_length - 1]
+    start = tf.constant([START_ID], tf.int32)
+    end = tf.constant([END_ID], tf.int32)
+    decoder_tokens = tf.concat([start, target_ids], axis=0)
+    labels = tf.concat([target_ids, end], axis=0)
+    return (source_ids, decoder_tokens), labels
+
+
+def make_dataset(
+    pairs,
+    source_tokenizer,
+    target_tokenizer,
+    batch_size=64,
+    max_length=40,
+    shuffle=True,
+    repeat=False,
+    seed=0,
+    bucket_width=8,
+):
+    """The tf.data pipeline: tokenize, truncate, teacher forcing, bucket, pad.
+
+    Pairs of similar length are batched together (buckets `bucket_width`
+    tokens wide) and padded with 0 only to their bucket's edge, so a batch of
+    six-word sentences is not padded to `max_length`, and XLA sees a few
+    shapes instead of one per length.
+
+    Yields:
+        ((encoder_tokens (B, S), decoder_tokens (B, T)), labels (B, T)), int32.
+    """
+    if not pairs:
+        raise DataError("no sentence pairs to make a dataset from.")
+    sources, targets = zip(*pairs, strict=True)
+    source_ids = source_tokenizer.tokenize(tf.constant(sources))
+    target_ids = target_tokenizer.tokenize(tf.constant(targets))
+    dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
+    dataset = dataset.map(lambda s, t: teacher_forcing(s, t, max_length), num_parallel_calls=tf.data.AUTOTUNE)
+    if shuffle:
+        dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    # The last edge lies past max_length, so every example fits a bucket.
+    boundaries = list(range(bucket_width + 1, max_length + bucket_width + 1, bucket_width))
+    dataset = dataset.bucket_by_sequence_length(
+        element_length_func=lambda inputs, labels: tf.maximum(tf.shape(inputs[0])[0], tf.shape(labels)[0]),
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+        padding_values=((PAD_ID, PAD_ID), PAD_ID),
+        pad_to_bucket_boundary=True,
+        drop_remainder=False,
+    )
+    if not repeat:
+        # Bucketing hides the number of batches; Keras needs it to end an epoch cleanly.
+        batches = int(dataset.reduce(0, lambda count, _: count + 1))
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    return dataset.prefetch(tf.data.AUTOTUNE)

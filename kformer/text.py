@@ -1,0 +1,116 @@
+"""Text <-> token ids with tensorflow-text's FastWordpiece, inside the graph.
+
+Choices, so output reads as text:
+- Unicode is normalised to NFC (composed accents: "é" is one character).
+- Case is kept: "Tom" and "tom" are different tokens, and translations come
+  out properly cased. Accents are kept too (Spanish needs them).
+- Words and punctuation are split BERT-style, then each word is cut into
+  WordPiece pieces learned from the training data ("##" marks a piece that
+  continues a word). Detokenizing rejoins the pieces and then closes the gaps
+  that the split opened around punctuation ("casa ." -> "casa.",
+  "¿ quién" -> "¿quién", "don ' t" -> "don't").
+- Ids 0-3 are reserved: [PAD], [UNK], [START], [END].
+"""
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+
+PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
+RESERVED_TOKENS = [PAD, UNK, START, END]
+PAD_ID, UNK_ID, START_ID, END_ID = range(4)
+
+# (pattern, replacement) pairs, applied in order to the space-joined pieces.
+_SPACING_RULES = [
+    (r"(\pN) ([:.,]) (\pN)", r"\1\2\3"),  # 2:30, 70,000, 3.5
+    (r" ([.,!?;:%)\]}»…])", r"\1"),  # no space before closing punctuation
+    (r"([¿¡(\[{«$]) ", r"\1"),  # nor after opening punctuation or a dollar sign
+    (r"(\pL) (['’]) (s|t|re|ve|ll|d|m|clock)\b", r"\1\2\3"),  # don't, Tom's, you’ll, o'clock
+    (r"(\pL|\pN) - (\pL|\pN)", r"\1-\2"),  # well-known, 9-5
+    (r'" ([^"]*?) "', r'"\1"'),  # "quoted"
+]
+
+
+def normalize(texts):
+    """NFC-normalises a string tensor (any shape)."""
+    return tf_text.normalize_utf8(texts, "NFC")
+
+
+def build_vocabulary(sentences, vocab_size, batch_size=1024):
+    """Learns a WordPiece vocabulary (reserved tokens first) from sentences.
+
+    Args:
+        sentences: an iterable of Python strings.
+        vocab_size: the most tokens to keep; small corpora give fewer.
+
+    Returns:
+        A list of token strings; index = token id.
+    """
+    sentences = tf.data.Dataset.from_tensor_slices(list(sentences)).batch(batch_size).map(normalize)
+    return bert_vocab_from_dataset.bert_vocab_from_dataset(
+        sentences,
+        vocab_size=vocab_size,
+        reserved_tokens=RESERVED_TOKENS,
+        bert_tokenizer_params=dict(lower_case=False),
+        learn_params={},
+    )
+
+
+class Tokenizer(tf.Module):
+    """Strings to int32 WordPiece ids and back, usable inside a tf.function.
+
+    Args:
+        vocabulary: list of token strings, the reserved tokens first.
+
+    Example:
+    >>> tokenizer = Tokenizer(["[PAD]", "[UNK]", "[START]", "[END]", "el", "gato", "."])
+    >>> tokenizer.detokenize(tokenizer.tokenize(["el gato."]))
+    <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'el gato.'], dtype=object)>
+    """
+
+    def __init__(self, vocabulary, name=None):
+        super().__init__(name=name)
+        vocabulary = list(vocabulary)
+        if vocabulary[: len(RESERVED_TOKENS)] != RESERVED_TOKENS:
+            raise ValueError(
+                f"a vocabulary must start with {RESERVED_TOKENS}, got {vocabulary[: len(RESERVED_TOKENS)]}."
+            )
+        self.vocabulary = vocabulary
+        self._wordpiece = tf_text.FastWordpieceTokenizer(
+            vocabulary,
+            suffix_indicator="##",
+            unknown_token=UNK,
+            token_out_type=tf.int32,
+            no_pretokenization=False,
+            support_detokenization=True,
+        )
+
+    @property
+    def vocab_size(self):
+        return len(self.vocabulary)
+
+    def tokenize(self, texts):
+        """tf.string `(B,)` -> ragged int32 `(B, None)`, no [START]/[END]."""
+        return self._wordpiece.tokenize(normalize(texts))
+
+    def detokenize(self, token_ids):
+        """int32 `(B, T)` (dense or ragged) -> readable tf.string `(B,)`.
+
+        Reserved ids ([PAD], [START], [END]) are dropped; [UNK] is shown.
+        """
+        if not isinstance(token_ids, tf.RaggedTensor):
+            token_ids = tf.RaggedTensor.from_tensor(token_ids)
+        keep = tf.logical_or(token_ids >= len(RESERVED_TOKENS), token_ids == UNK_ID)
+        text = self._wordpiece.detokenize(tf.ragged.boolean_mask(token_ids, keep))
+        for pattern, replacement in _SPACING_RULES:
+            text = tf.strings.regex_replace(text, pattern, replacement)
+        return text
+
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(self.vocabulary) + "\n")
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            return cls(f.read().splitlines())

@@ -1,0 +1,99 @@
+"""Pair files, splits, and the teacher-forcing tf.data pipeline."""
+
+import zipfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kformer.data import DataError, make_dataset, read_pairs, split_pairs, teacher_forcing
+from kformer.text import END_ID, START_ID, Tokenizer
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+    return path
+
+
+def test_reads_tab_separated_pairs_and_ignores_attribution(tmp_path):
+    path = write(tmp_path, "pairs.txt", "Go.\tVe.\tCC-BY 2.0 (France) Attribution: tatoeba.org\n\nHi.\tHola.\n")
+    assert read_pairs(path) == [("Go.", "Ve."), ("Hi.", "Hola.")]
+
+
+def test_reads_the_published_zip_and_skips_its_metadata(tmp_path):
+    path = tmp_path / "spa-eng.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("spa-eng/_about.txt", "About this file: no tabs here, and longer than the data. " * 20)
+        archive.writestr("spa-eng/spa.txt", "Run!\t¡Corre!\n")
+    assert read_pairs(path) == [("Run!", "¡Corre!")]
+
+
+def test_text_is_nfc_normalised(tmp_path):
+    path = write(tmp_path, "pairs.tsv", "coffee\tcafe\u0301\n")
+    assert read_pairs(path) == [("coffee", "caf\u00e9")]
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("missing.txt", None, "missing.txt: no such file"),
+        ("empty.txt", "", "empty.txt: holds no sentence pairs"),
+        ("latin1.txt", "Hi.\tHola.\nNo.\tNi\xf1o.\n".encode("latin-1"), "latin1.txt, line 2: not UTF-8"),
+        ("notab.txt", "Hi.\tHola.\nHello there\n", "notab.txt, line 2: no tab"),
+        ("emptyside.txt", "Hi.\tHola.\n\t¡Corre!\n", "emptyside.txt, line 2: the source side is empty"),
+    ],
+)
+def test_bad_files_get_one_clear_message(tmp_path, name, content, message):
+    path = tmp_path / name if content is None else write(tmp_path, name, content)
+    with pytest.raises(DataError, match=message):
+        read_pairs(path)
+
+
+def test_zip_without_a_text_file(tmp_path):
+    path = tmp_path / "nothing.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("readme.md", "nothing here")
+    with pytest.raises(DataError, match="holds no .txt or .tsv file"):
+        read_pairs(path)
+
+
+def test_split_is_deterministic_and_keeps_each_source_on_one_side():
+    pairs = [(f"sentence {i % 300}", f"frase {i}") for i in range(1200)]
+    splits = split_pairs(pairs, valid_fraction=0.1, test_fraction=0.1)
+    shuffled = split_pairs(list(reversed(pairs)), valid_fraction=0.1, test_fraction=0.1)
+    assert {name: set(split) for name, split in splits.items()} == {name: set(s) for name, s in shuffled.items()}
+    sides = {name: {source for source, _ in split} for name, split in splits.items()}
+    assert not sides["train"] & sides["test"] and not sides["train"] & sides["valid"]
+    assert sum(len(split) for split in splits.values()) == 1200
+    assert 0.05 < len(splits["test"]) / 1200 < 0.15
+
+
+def test_teacher_forcing_shifts_the_target_by_one():
+    (source, decoder_tokens), labels = teacher_forcing(tf.constant([7, 8, 9]), tf.constant([4, 5, 6]), max_length=10)
+    np.testing.assert_array_equal(source, [7, 8, 9])
+    np.testing.assert_array_equal(decoder_tokens, [START_ID, 4, 5, 6])
+    np.testing.assert_array_equal(labels, [4, 5, 6, END_ID])
+
+
+def test_teacher_forcing_truncates_to_max_length():
+    (source, decoder_tokens), labels = teacher_forcing(tf.range(10, 20), tf.range(10, 20), max_length=4)
+    np.testing.assert_array_equal(source, [10, 11, 12, 13])
+    np.testing.assert_array_equal(decoder_tokens, [START_ID, 10, 11, 12])
+    np.testing.assert_array_equal(labels, [10, 11, 12, END_ID])
+
+
+def test_batches_are_padded_with_zeros_to_their_bucket_edge():
+    vocabulary = ["[PAD]", "[UNK]", "[START]", "[END]", "a", "b", "c"]
+    tokenizer = Tokenizer(vocabulary)
+    pairs = [("a", "b"), ("a b c", "c b"), ("a " * 11, "b " * 3)]
+    batches = list(
+        make_dataset(pairs, tokenizer, tokenizer, batch_size=8, max_length=20, shuffle=False, bucket_width=4)
+    )
+    shapes = sorted((inputs[0].shape[1], inputs[1].shape[1], labels.shape[1]) for inputs, labels in batches)
+    assert shapes == [(4, 4, 4), (12, 12, 12)]
+    (encoder_tokens, decoder_tokens), labels = min(batches, key=lambda batch: batch[0][0].shape[1])
+    order = np.argsort(encoder_tokens.numpy()[:, 1])  # "a" alone first
+    np.testing.assert_array_equal(encoder_tokens.numpy()[order], [[4, 0, 0, 0], [4, 5, 6, 0]])
+    np.testing.assert_array_equal(decoder_tokens.numpy()[order], [[START_ID, 5, 0, 0], [START_ID, 6, 5, 0]])
+    np.testing.assert_array_equal(labels.numpy()[order], [[5, END_ID, 0, 0], [6, 5, END_ID, 0]])
