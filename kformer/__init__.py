@@ -58,19 +58,38 @@ from kformer.layers import (  # noqa: E402
     scaled_dot_product_attention,
     sinusoidal_encoding,
 )
+from kformer.model import Decoder, Encoder, build_decoder_only, build_transformer  # noqa: E402
+from kformer.model_dir import TrainedModel, load  # noqa: E402
+from kformer.recipes import TrainingConfig, evaluate, train_language_model, train_translator  # noqa: E402
+from kformer.training import MaskedAccuracy, MaskedSparseCrossEntropy, TransformerSchedule  # noqa: E402
+from kformer.translator import Translator  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CausalMask",
     "CrossAttention",
+    "Decoder",
+    "Encoder",
     "FeedForward",
+    "MaskedAccuracy",
+    "MaskedSparseCrossEntropy",
     "MultiHeadSelfAttention",
     "PositionalEmbedding",
+    "TrainedModel",
+    "TrainingConfig",
     "TransformerBlock",
-    "make_causal_mask",
+    "TransformerSchedule",
+    "Translator",
+    "build_decoder_only",
+    "build_transformer",
     "combine_masks",
+    "evaluate",
+    "load",
+    "make_causal_mask",
     "make_padding_mask",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
+    "train_language_model",
+    "train_translator",
 ]

@@ -1,7 +1,136 @@
 """`kformer ...`: argument parsing and calls into the package, nothing more."""
 
 import argparse
+import json
 import sys
+
+DEMO_CONFIG = dict(
+    d_model=128,
+    num_heads=4,
+    num_layers=2,
+    d_ff=512,
+    dropout=0.0,  # the built-in corpus is noise-free; dropout only slowed learning (bench/RESULTS.md)
+    source_vocab_size=1000,
+    target_vocab_size=1000,
+    max_length=24,
+    warmup_steps=400,
+    steps_per_epoch=250,
+    patience=100,
+)
+
+
+def _load_pairs(data):
+    """The splits of a pair file, or of the built-in corpus when data == "builtin"."""
+    from kformer.corpus import builtin_splits
+    from kformer.data import read_pairs, split_pairs
+
+    return builtin_splits() if data == "builtin" else split_pairs(read_pairs(data))
+
+
+def _config(args, **overrides):
+    from kformer.recipes import TrainingConfig
+
+    settings = dict(overrides)
+    for name in TrainingConfig.__dataclass_fields__:
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = value
+    if getattr(args, "vocab_size", None):
+        settings["source_vocab_size"] = settings["target_vocab_size"] = args.vocab_size
+    return TrainingConfig(**settings)
+
+
+def _print_scores(name, scores):
+    print(
+        f"{name}: BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}  "
+        f"exact match {scores['exact_match']:.1f}%  ({scores['n']:,} sentences, {scores['seconds']:.0f} s)"
+    )
+
+
+def _demo(args):
+    from kformer.corpus import SEED_SENTENCES, builtin_splits
+    from kformer.recipes import evaluate, train_translator
+    from kformer.translator import Translator
+
+    splits = builtin_splits()
+    print(
+        f"Built-in English->Spanish corpus: {len(splits['train']):,} training pairs, "
+        f"{len(splits['test']):,} compositional test pairs (adjective-noun pairs never seen in training)."
+    )
+    trained = train_translator(splits, args.out, _config(args, minutes=args.minutes, **DEMO_CONFIG), args.verbose)
+    _print_scores("held-out test", evaluate(trained, splits["test"]))
+    translator = Translator(trained)
+    for sentence, translation in zip(SEED_SENTENCES, translator.translate(SEED_SENTENCES), strict=True):
+        print(f"  {sentence}  ->  {translation}")
+    print(f"Saved the model directory to {args.out}/ (learning curves: {args.out}/learning_curves.png).")
+
+
+def _train(args):
+    from kformer.recipes import evaluate, read_lines, train_language_model, train_translator
+
+    config = _config(args)
+    if args.task == "lm":
+        _, _, summary = train_language_model(read_lines(args.data), args.out, config, args.verbose)
+        print(f"Training loss {summary.get('loss', float('nan')):.3f}, perplexity {summary['perplexity']:.1f}.")
+        print(f"Saved the language model to {args.out}/.")
+        return
+    splits = _load_pairs(args.data)
+    trained = train_translator(splits, args.out, config, args.verbose)
+    if splits.get("test"):
+        _print_scores("test split", evaluate(trained, splits["test"]))
+    print(f"Saved the model directory to {args.out}/.")
+
+
+def _evaluate(args):
+    from kformer.model_dir import load
+    from kformer.recipes import evaluate
+
+    trained = load(args.model)
+    pairs = _load_pairs(args.data)["test"] if args.data == "builtin" else _read_eval_pairs(args.data)
+    scores = evaluate(trained, pairs, lowercase=args.lowercase)
+    if args.json:
+        print(json.dumps(scores))
+    else:
+        _print_scores(args.data, scores)
+
+
+def _read_eval_pairs(path):
+    from kformer.data import read_pairs
+
+    return read_pairs(path)
+
+
+def _translate(args):
+    from kformer.translator import Translator
+
+    translator = Translator(args.model, beam_size=args.beam)
+    if args.sentences:
+        batches = [args.sentences]
+    else:
+        batches = _stdin_batches(args.batch_size)
+    for batch in batches:
+        for translation in translator.translate(batch, batch_size=args.batch_size):
+            print(translation, flush=True)
+
+
+def _stdin_batches(batch_size):
+    """Lines of stdin in batches, so a long stream is translated as it arrives."""
+    batch = []
+    for line in sys.stdin:
+        batch.append(line.rstrip("\n"))
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _attention(args):
+    from kformer import plots
+    from kformer.model_dir import load
+
+    plots.attention_heatmaps(load(args.model), args.sentence, args.out)
+    print(f"Saved the attention heatmaps to {args.out}.")
 
 
 def _walkthrough(args):
@@ -12,9 +141,72 @@ def _walkthrough(args):
     print(walkthrough.black_cat_report())
 
 
+def _add_training_flags(parser):
+    group = parser.add_argument_group("model and training (defaults: the paper's recipe at small scale)")
+    group.add_argument("--minutes", type=float, help="wall-clock training budget")
+    group.add_argument("--epochs", type=int, help="number of epochs (without --minutes: 10)")
+    group.add_argument("--d-model", dest="d_model", type=int)
+    group.add_argument("--num-heads", dest="num_heads", type=int)
+    group.add_argument("--num-layers", dest="num_layers", type=int)
+    group.add_argument("--d-ff", dest="d_ff", type=int)
+    group.add_argument("--dropout", type=float)
+    group.add_argument("--norm-first", dest="norm_first", action="store_const", const=True, help="pre-LN blocks")
+    group.add_argument("--tie-embeddings", dest="tie_embeddings", action="store_const", const=True)
+    group.add_argument("--vocab-size", dest="vocab_size", type=int, help="WordPiece vocabulary size per side")
+    group.add_argument("--max-length", dest="max_length", type=int, help="tokens kept per sentence")
+    group.add_argument("--batch-size", dest="batch_size", type=int)
+    group.add_argument("--label-smoothing", dest="label_smoothing", type=float)
+    group.add_argument("--warmup-steps", dest="warmup_steps", type=int)
+    group.add_argument("--clipnorm", type=float, help="clip each gradient to this global norm")
+    group.add_argument("--steps-per-epoch", dest="steps_per_epoch", type=int)
+    group.add_argument("--seed", type=int)
+    group.add_argument("--strategy", choices=("default", "mirrored", "multiworker", "tpu"))
+    group.add_argument(
+        "--mixed-precision", dest="mixed_precision", action="store_const", const=True, help="float16/bfloat16 compute"
+    )
+    group.add_argument("--no-xla", dest="jit_compile", action="store_const", const=False, help="do not jit_compile")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="kformer", description="A Transformer built from scratch as Keras 3 layers.")
+    # A live progress bar on a terminal, one line an epoch in logs.
+    parser.add_argument(
+        "--quiet", dest="verbose", action="store_const", const=0, default=1 if sys.stdout.isatty() else 2
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="train a translator on the built-in corpus (about 3 minutes on 2 cores)")
+    demo.add_argument("--out", default="kformer-demo", help="model directory to write (default: %(default)s)")
+    demo.add_argument("--minutes", type=float, default=2.0, help="training budget (default: %(default)s)")
+    demo.set_defaults(run=_demo)
+
+    train = commands.add_parser("train", help="train on a file of sentence pairs (or 'builtin')")
+    train.add_argument("--data", required=True, help="a .txt/.tsv/.zip of 'source<TAB>target' lines, or 'builtin'")
+    train.add_argument("--out", required=True, help="model directory to write; rerun with the same one to resume")
+    train.add_argument("--task", choices=("translate", "lm"), default="translate", help="lm: decoder-only on text")
+    _add_training_flags(train)
+    train.set_defaults(run=_train)
+
+    evaluate = commands.add_parser("evaluate", help="BLEU, chrF and exact match of a model on a pair file")
+    evaluate.add_argument("--model", required=True, help="model directory")
+    evaluate.add_argument("--data", required=True, help="a pair file, or 'builtin' for the built-in test split")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU and exact match")
+    evaluate.set_defaults(run=_evaluate)
+
+    translate = commands.add_parser("translate", help="translate sentences given as arguments or on stdin")
+    translate.add_argument("--model", required=True, help="model directory")
+    translate.add_argument("sentences", nargs="*", help="sentences (default: one per line on stdin)")
+    translate.add_argument("--beam", type=int, default=1, help="beam size (default: 1, greedy)")
+    translate.add_argument("--batch-size", type=int, default=64, help="sentences decoded together")
+    translate.set_defaults(run=_translate)
+
+    attention = commands.add_parser("attention", help="draw the attention heatmaps of one translation")
+    attention.add_argument("--model", required=True, help="model directory")
+    attention.add_argument("sentence", help="the source sentence")
+    attention.add_argument("--out", default="attention.png", help="PNG to write (default: %(default)s)")
+    attention.set_defaults(run=_attention)
+
     walkthrough = commands.add_parser(
         "walkthrough", help="print the seeds' worked examples, computed by kformer's layers"
     )
@@ -23,8 +215,16 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    args.run(args)
+    from kformer.data import DataError
+    from kformer.model_dir import ModelDirectoryError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.run(args)
+    except (DataError, ModelDirectoryError) as error:
+        print(f"kformer {args.command}: error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

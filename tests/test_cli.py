@@ -1,5 +1,7 @@
 """The `kformer` command line."""
 
+import json
+
 import pytest
 
 from kformer.cli import main
@@ -18,3 +20,45 @@ def test_unknown_command_is_one_clear_error(capsys):
         main(["frobnicate"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
+    lines = [f"{a} {b}\t{b} {a}" for a in "abcdefgh" for b in "ijklmnop"]
+    data = tmp_path / "pairs.tsv"
+    data.write_text("\n".join(lines * 2) + "\n", encoding="utf-8")
+    out = tmp_path / "model"
+    tiny = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --max-length 8 --batch-size 16"
+    argv = f"train --data {data} --out {out} --epochs 2 --steps-per-epoch 4 --warmup-steps 10 --no-xla {tiny}"
+    assert main(argv.split()) == 0
+    assert "Saved the model directory" in capsys.readouterr().out
+    assert (out / "learning_curves.png").stat().st_size > 0
+    assert (out / "training" / "history.csv").read_text().count("\n") == 3
+
+    assert main(["evaluate", "--model", str(out), "--data", str(data), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert {"bleu", "chrf", "exact_match", "n"} <= scores.keys() and scores["n"] == len(lines) * 2
+
+    assert main(["translate", "--model", str(out), "a i", "b j"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_demo_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys):
+    assert main(["--quiet", "demo", "--out", str(tmp_path / "demo"), "--minutes", "0.02"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out test: BLEU" in out and "the black cat sleeps  ->" in out
+    assert (tmp_path / "demo" / "config.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--data", "missing.tsv", "--out", "x"], "kformer train: error: missing.tsv: no such file"),
+        (["evaluate", "--model", "nowhere", "--data", "builtin"], "nowhere: no such model directory"),
+        (["translate", "--model", "nowhere", "hi"], "nowhere: no such model directory"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -72,16 +72,29 @@ class MultiHeadAttentionBase(keras.layers.Layer):
             bias = self.add_weight(name=f"{name}_bias", shape=out_shape, initializer="zeros")
         return kernel, bias
 
-    def _attend(self, x, context, attention_mask, training):
-        """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask."""
-        check_float("x", x)
+    def project_keys_values(self, context):
+        """Keys and values of `context` `(B, S, D_context)`, each `(B, H, S, K)`.
+
+        Decoding computes these once per source (cross-attention) or once per
+        new token (self-attention) and keeps them in a cache.
+        """
         check_float("context", context)
-        query = self._add_bias(ops.einsum("btd,dhk->bthk", x, self.query_kernel), self.query_bias)
         key = self._add_bias(ops.einsum("bsd,dhk->bshk", context, self.key_kernel), self.key_bias)
         value = self._add_bias(ops.einsum("bsd,dhk->bshk", context, self.value_kernel), self.value_bias)
+        return ops.transpose(key, (0, 2, 1, 3)), ops.transpose(value, (0, 2, 1, 3))  # (B, H, S, K) each
+
+    def attend(self, x, key, value, attention_mask=None, training=None):
+        """Queries from `x` `(B, T, D)` over given keys and values `(B, H, S, K)`.
+
+        Args:
+            attention_mask: optional bool, broadcastable to `(B, T, S)`.
+
+        Returns:
+            `(output (B, T, D), weights (B, H, T, S))`.
+        """
+        check_float("x", x)
+        query = self._add_bias(ops.einsum("btd,dhk->bthk", x, self.query_kernel), self.query_bias)
         query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, K)
-        key = ops.transpose(key, (0, 2, 1, 3))  # (B, H, S, K)
-        value = ops.transpose(value, (0, 2, 1, 3))  # (B, H, S, K)
         if attention_mask is not None:
             attention_mask = ops.expand_dims(attention_mask, 1)  # (B, 1, T, S): every head
         heads, weights = scaled_dot_product_attention(
@@ -93,6 +106,12 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         )  # (B, H, T, K), (B, H, T, S)
         output = ops.einsum("bhtk,hkd->btd", heads, self.output_kernel)  # (B, T, D)
         return self._add_bias(output, self.output_bias), weights
+
+    def _attend(self, x, context, attention_mask, training):
+        """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask."""
+        check_float("x", x)
+        key, value = self.project_keys_values(context)
+        return self.attend(x, key, value, attention_mask, training)
 
     @staticmethod
     def _add_bias(x, bias):

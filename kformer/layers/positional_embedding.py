@@ -7,7 +7,7 @@ from keras import ops
 from kformer.layers.validation import check_int, check_positive_int
 
 
-def sinusoidal_encoding(length, d_model):
+def sinusoidal_encoding(length, d_model, start=0):
     """The paper's fixed positional encodings, one row per position.
 
         PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
@@ -19,14 +19,15 @@ def sinusoidal_encoding(length, d_model):
     Args:
         length: T, a Python int or a scalar int tensor (may be dynamic).
         d_model: D, the width, a Python int.
+        start: the first position (decoding one token at a time starts later).
 
     Returns:
-        float32 tensor `(T, D)`.
+        float32 tensor `(T, D)`, the rows for positions start .. start + T - 1.
     """
     check_positive_int("d_model", d_model)
     pair_index = np.arange(d_model) // 2  # i, shared by dimensions 2i and 2i+1
     inverse_frequency = 1.0 / np.power(10000.0, 2.0 * pair_index / d_model)  # (D,)
-    positions = ops.cast(ops.arange(length), "float32")
+    positions = ops.cast(ops.arange(length) + start, "float32")
     angles = ops.expand_dims(positions, 1) * inverse_frequency.astype("float32")  # (T, D)
     is_even = np.arange(d_model) % 2 == 0
     return ops.where(is_even, ops.sin(angles), ops.cos(angles))
@@ -53,6 +54,8 @@ class PositionalEmbedding(keras.layers.Layer):
 
     Call arguments:
         token_ids: int tensor `(B, T)`.
+        start_position: the position of the first token (default 0); decoding
+            with a cache embeds one token at a time at its own position.
 
     Returns:
         `(B, T, D)` in the layer's compute dtype.
@@ -77,15 +80,15 @@ class PositionalEmbedding(keras.layers.Layer):
     def build(self, token_ids_shape):
         self.token_embedding.build(token_ids_shape)
 
-    def call(self, token_ids):
+    def call(self, token_ids, start_position=0):
         check_int("token_ids", token_ids)
         embedded = self.token_embedding(token_ids)  # (B, T, D)
         if self.scale:
             embedded = embedded * ops.cast(math.sqrt(self.d_model), embedded.dtype)
-        encoding = sinusoidal_encoding(ops.shape(token_ids)[1], self.d_model)  # (T, D)
+        encoding = sinusoidal_encoding(ops.shape(token_ids)[1], self.d_model, start_position)  # (T, D)
         return embedded + ops.cast(encoding, embedded.dtype)
 
-    def compute_mask(self, token_ids, mask=None):
+    def compute_mask(self, token_ids, mask=None, start_position=0):
         if not self.mask_zero:
             return None
         return ops.not_equal(token_ids, 0)

@@ -1,5 +1,7 @@
 import keras
+from keras import ops
 
+from kformer.layers.attention import key_padding_mask
 from kformer.layers.cross_attention import CrossAttention
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.multi_head_self_attention import MultiHeadSelfAttention
@@ -47,6 +49,8 @@ class TransformerBlock(keras.layers.Layer):
         padding_mask: optional bool `(B, T)`, True at real tokens of `x`.
         context_padding_mask: optional bool `(B, S)`, True at real source tokens.
         training: whether dropout is active.
+        return_attention_scores: also return {"self_attention": (B, H, T, T),
+            "cross_attention": (B, H, T, S)} weights.
 
     Example:
     >>> decoder_block = TransformerBlock(8, 2, 32, causal=True, cross_attention=True)
@@ -116,6 +120,7 @@ class TransformerBlock(keras.layers.Layer):
         context_padding_mask=None,
         training=None,
         mask=None,
+        return_attention_scores=False,
     ):
         if (context is not None) != self.cross_attention:
             raise ValueError(
@@ -124,22 +129,71 @@ class TransformerBlock(keras.layers.Layer):
             )
         if padding_mask is None:
             padding_mask = mask
-        x = self._residual(
-            x,
-            self.self_attention_norm,
-            training,
-            lambda h: self.self_attention(h, padding_mask=padding_mask, training=training),
-        )
-        if self.cross_attention:
-            x = self._residual(
-                x,
-                self.cross_attention_norm,
-                training,
-                lambda h: self.cross_attention_layer(
-                    h, context, context_padding_mask=context_padding_mask, training=training
-                ),
+        scores = {}
+
+        def self_attention(h):
+            output, scores["self_attention"] = self.self_attention(
+                h, padding_mask=padding_mask, return_attention_scores=True, training=training
             )
-        return self._residual(x, self.feed_forward_norm, training, lambda h: self.feed_forward(h, training=training))
+            return output
+
+        def cross_attention(h):
+            output, scores["cross_attention"] = self.cross_attention_layer(
+                h, context, context_padding_mask=context_padding_mask, return_attention_scores=True, training=training
+            )
+            return output
+
+        x = self._residual(x, self.self_attention_norm, training, self_attention)
+        if self.cross_attention:
+            x = self._residual(x, self.cross_attention_norm, training, cross_attention)
+        x = self._residual(x, self.feed_forward_norm, training, lambda h: self.feed_forward(h, training=training))
+        return (x, scores) if return_attention_scores else x
+
+    def cross_attention_cache(self, context):
+        """The cross-attention keys and values of the encoder output, computed once per source."""
+        key, value = self.cross_attention_layer.project_keys_values(context)  # (B, H, S, K) each
+        return {"context_key": key, "context_value": value}
+
+    def decode_step(self, x, index, cache, context_padding_mask=None):
+        """Runs the newest position through the block, reading and extending a KV cache.
+
+        The same sub-layers and residual wiring as `call`, but the
+        self-attention keys and values of earlier positions come from `cache`
+        instead of being recomputed: one position in, one position out.
+
+        Args:
+            x: `(B, 1, D)`, the input at position `index`.
+            index: scalar int tensor, the position of `x`.
+            cache: {"key", "value"}: `(B, H, L, K)` self-attention keys and
+                values of positions < index (zeros beyond), and for a block
+                with cross-attention the `cross_attention_cache(context)` entries.
+            context_padding_mask: optional bool `(B, S)`, True at real source tokens.
+
+        Returns:
+            `(output (B, 1, D), cache)` with position `index` written into
+            "key" and "value".
+        """
+        cache = dict(cache)
+        length = ops.shape(cache["key"])[2]
+        at_index = ops.reshape(ops.one_hot(index, length, dtype=x.dtype), (1, 1, -1, 1))  # (1, 1, L, 1)
+        visible = ops.reshape(ops.less_equal(ops.arange(length), index), (1, 1, -1))  # (1, 1, L): keys <= index
+
+        def cached_self_attention(h):
+            key, value = self.self_attention.project_keys_values(h)  # (B, H, 1, K) each
+            # Write position `index` by a one-hot blend: converts to TFLite and ONNX builtins.
+            cache["key"] = cache["key"] * (1 - at_index) + key * at_index
+            cache["value"] = cache["value"] * (1 - at_index) + value * at_index
+            return self.self_attention.attend(h, cache["key"], cache["value"], visible)[0]
+
+        def cached_cross_attention(h):
+            source = None if context_padding_mask is None else key_padding_mask(context_padding_mask)
+            return self.cross_attention_layer.attend(h, cache["context_key"], cache["context_value"], source)[0]
+
+        x = self._residual(x, self.self_attention_norm, False, cached_self_attention)
+        if self.cross_attention:
+            x = self._residual(x, self.cross_attention_norm, False, cached_cross_attention)
+        x = self._residual(x, self.feed_forward_norm, False, lambda h: self.feed_forward(h, training=False))
+        return x, cache
 
     def _residual(self, x, norm, training, sublayer):
         """x + Dropout(SubLayer(x)), normalised after (post-LN) or before (pre-LN)."""

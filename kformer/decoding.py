@@ -1,0 +1,149 @@
+"""Inference: one token at a time, inside the graph, fast.
+
+In training the decoder sees the whole target at once (teacher forcing). At
+inference there is no target: the decoder runs once per output token and
+feeds back what it produced. Done naively (as the common tutorials do) every
+step re-runs the decoder over the whole prefix. Here:
+
+- the encoder runs once per source, and each decoder layer's cross-attention
+  keys and values are computed from it once;
+- each decoder layer keeps a cache of its self-attention keys and values, so
+  a step computes only the newest position (`use_cache=True`);
+- the loop is a `tf.while_loop` over fixed-shape buffers `(B, max_length + 1)`
+  written by one-hot blends: no Python loop per token, no retracing per
+  length, and it saves into a SavedModel and converts to TFLite and ONNX.
+
+Greedy search and beam search share one step function, cached or not.
+"""
+
+import tensorflow as tf
+
+from kformer.layers import make_padding_mask
+from kformer.text import END_ID, PAD_ID, START_ID
+
+_NEG_INF = -1e9
+
+
+def _write_column(tokens, column, values):
+    """tokens[:, column] = values, as a one-hot blend (converts to every runtime)."""
+    at_column = tf.equal(tf.range(tf.shape(tokens)[1]), column)  # (L,)
+    return tf.where(tf.expand_dims(at_column, 0), tf.expand_dims(values, 1), tokens)
+
+
+def _step_function(decoder, context, source_padding_mask, length, use_cache):
+    """(step, initial_state): step(tokens, t, state) -> (logits of token t + 1 (B, V), state)."""
+    if use_cache:
+
+        def cached_step(tokens, t, cache):
+            token = tf.gather(tokens, tf.reshape(t, [1]), axis=1)  # (B, 1): the token at position t
+            return decoder.decode_step(token, t, cache, source_padding_mask)
+
+        return cached_step, decoder.initial_cache(tf.shape(context)[0], length, context)
+
+    def uncached_step(tokens, t, state):
+        logits = decoder(tokens[:, : t + 1], context=context, context_padding_mask=source_padding_mask, training=False)
+        return logits[:, -1], state  # re-ran every position of the prefix
+
+    return uncached_step, ()
+
+
+def _gather_rows(structure, rows):
+    return tf.nest.map_structure(lambda x: tf.gather(x, rows), structure)
+
+
+def greedy_search(step, state, start_done, max_length):
+    """Picks the most likely token at every step until each row has produced [END].
+
+    Returns:
+        int32 `(B, max_length)`: generated ids, [END] then [PAD] after each.
+    """
+    batch = tf.shape(start_done)[0]
+    tokens = tf.concat([tf.fill([batch, 1], START_ID), tf.fill([batch, max_length], PAD_ID)], axis=1)
+
+    def body(t, tokens, done, state):
+        logits, state = step(tokens, t, state)
+        next_token = tf.where(done, PAD_ID, tf.argmax(logits, axis=-1, output_type=tf.int32))  # (B,)
+        return t + 1, _write_column(tokens, t + 1, next_token), done | tf.equal(next_token, END_ID), state
+
+    _, tokens, _, _ = tf.while_loop(
+        lambda t, tokens, done, state: (t < max_length) & ~tf.reduce_all(done),
+        body,
+        (tf.constant(0), tokens, start_done, state),
+    )
+    return tokens[:, 1:]
+
+
+def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
+    """Keeps the `beam_size` most likely prefixes per sentence; returns the best finished one.
+
+    Rows of `state` and `start_done` are already repeated `beam_size` times
+    (sentence-major). A finished beam keeps its score and can only continue
+    with [PAD]. The winner maximises log p / ((5 + length) / 6)^length_penalty
+    (GNMT's length penalty; 0 compares raw log-probabilities).
+
+    Returns:
+        int32 `(B, max_length)`, like `greedy_search`.
+    """
+    rows = tf.shape(start_done)[0]
+    batch = rows // beam_size
+    tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, max_length], PAD_ID)], axis=1)
+    # Only the first beam of each sentence is alive at the start, so the
+    # first step does not pick the same token beam_size times.
+    scores = tf.tile(tf.concat([[0.0], tf.fill([beam_size - 1], _NEG_INF)], axis=0), [batch])  # (B * beam,)
+    lengths = tf.zeros([rows], tf.int32)
+
+    def body(t, tokens, scores, lengths, finished, state):
+        logits, state = step(tokens, t, state)
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # (B * beam, V)
+        vocab = tf.shape(log_probs)[1]
+        pad_only = tf.where(tf.equal(tf.range(vocab), PAD_ID), 0.0, _NEG_INF)  # (V,)
+        log_probs = tf.where(tf.expand_dims(finished, 1), tf.expand_dims(pad_only, 0), log_probs)
+        candidates = tf.reshape(tf.expand_dims(scores, 1) + log_probs, [batch, beam_size * vocab])
+        top_scores, top = tf.math.top_k(candidates, k=beam_size)  # (B, beam)
+        parent = tf.reshape(top // vocab + tf.expand_dims(tf.range(batch) * beam_size, 1), [-1])  # (B * beam,)
+        next_token = tf.reshape(top % vocab, [-1])
+        tokens, lengths, finished, state = _gather_rows((tokens, lengths, finished, state), parent)
+        lengths += tf.cast(~finished, tf.int32)
+        tokens = _write_column(tokens, t + 1, next_token)
+        finished |= tf.equal(next_token, END_ID)
+        return t + 1, tokens, tf.reshape(top_scores, [-1]), lengths, finished, state
+
+    _, tokens, scores, lengths, _, _ = tf.while_loop(
+        lambda t, tokens, scores, lengths, finished, state: (t < max_length) & ~tf.reduce_all(finished),
+        body,
+        (tf.constant(0), tokens, scores, lengths, start_done, state),
+    )
+    penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
+    best = tf.argmax(tf.reshape(scores / penalty, [batch, beam_size]), axis=1, output_type=tf.int32)  # (B,)
+    return tf.gather(tokens, best + tf.range(batch) * beam_size)[:, 1:]
+
+
+def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, use_cache=True):
+    """Translates token ids: one encoder pass, then greedy or beam search.
+
+    Args:
+        model: a model from `build_transformer` (layers "encoder", "decoder").
+        encoder_tokens: int32 `(B, S)`, 0 = padding. A row of only padding
+            (an empty sentence) gives an empty output.
+        max_length: the most tokens to generate, [END] included.
+        beam_size: 1 for greedy search.
+        length_penalty: GNMT's alpha, for beam search.
+        use_cache: keep self-attention keys/values instead of re-running the
+            decoder over the whole prefix at every step.
+
+    Returns:
+        int32 `(B, max_length)`: the generated ids, [END] then [PAD] after each.
+    """
+    encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
+    encoder_tokens = tf.convert_to_tensor(encoder_tokens, tf.int32)
+    source_padding_mask = make_padding_mask(encoder_tokens)  # (B, S)
+    empty = ~tf.reduce_any(source_padding_mask, axis=1)  # (B,)
+    context = encoder(encoder_tokens, training=False)  # (B, S, D)
+    if beam_size > 1:
+        context, source_padding_mask, empty = (
+            tf.repeat(x, beam_size, axis=0) for x in (context, source_padding_mask, empty)
+        )
+    step, state = _step_function(decoder, context, source_padding_mask, max_length + 1, use_cache)
+    if beam_size > 1:
+        return beam_search(step, state, empty, max_length, beam_size, length_penalty)
+    return greedy_search(step, state, empty, max_length)

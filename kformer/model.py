@@ -1,0 +1,305 @@
+"""The paper's figure: an encoder stack, a decoder stack, and the models made of them.
+
+    encoder_tokens (B, S) -> PositionalEmbedding -> N x TransformerBlock            -> context (B, S, D)
+    decoder_tokens (B, T) -> PositionalEmbedding -> N x TransformerBlock(causal,
+                             cross-attention over context)  -> Dense(V)            -> logits (B, T, V)
+
+`build_transformer` wires an `Encoder` and a `Decoder` into a functional
+keras.Model; decoding calls the two apart (the encoder once per source).
+"""
+
+import keras
+from keras import ops
+
+from kformer.layers import PositionalEmbedding, TransformerBlock, make_padding_mask
+
+
+class _Stack(keras.layers.Layer):
+    """Embedding, dropout, `num_layers` TransformerBlocks, and a final LayerNorm for pre-LN."""
+
+    def __init__(
+        self,
+        vocab_size,
+        d_model,
+        num_heads,
+        num_layers,
+        d_ff,
+        dropout,
+        norm_first,
+        causal,
+        cross_attention,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.num_layers = num_layers
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.norm_first = norm_first
+        self.embedding = PositionalEmbedding(vocab_size, d_model, name="embedding")
+        self.embedding_dropout = keras.layers.Dropout(dropout)
+        self.blocks = [
+            TransformerBlock(
+                d_model,
+                num_heads,
+                d_ff,
+                dropout=dropout,
+                causal=causal,
+                cross_attention=cross_attention,
+                norm_first=norm_first,
+                name=f"block_{index}",
+            )
+            for index in range(num_layers)
+        ]
+        # Pre-LN leaves the residual stream unnormalised after the last block.
+        self.final_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm") if norm_first else None
+
+    def _build_stack(self, tokens_shape, context_shape=None):
+        self.embedding.build(tokens_shape)
+        x_shape = (*tokens_shape, self.d_model)
+        for block in self.blocks:
+            block.build(x_shape, context_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(x_shape)
+
+    def _run_stack(self, tokens, context=None, context_padding_mask=None, training=None):
+        return self.run_with_attention(tokens, context, context_padding_mask, training)[0]
+
+    def run_with_attention(self, tokens, context=None, context_padding_mask=None, training=None):
+        """The stack's states `(B, T, D)` and each block's attention weights (a list of dicts)."""
+        padding_mask = make_padding_mask(tokens)  # (B, T)
+        x = self.embedding_dropout(self.embedding(tokens), training=training)  # (B, T, D)
+        scores = []
+        for block in self.blocks:
+            x, block_scores = block(
+                x,
+                context=context,
+                padding_mask=padding_mask,
+                context_padding_mask=context_padding_mask,
+                training=training,
+                return_attention_scores=True,
+            )
+            scores.append(block_scores)
+        return (x if self.final_norm is None else self.final_norm(x)), scores
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            num_layers=self.num_layers,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            norm_first=self.norm_first,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class Encoder(_Stack):
+    """The encoder stack: source token ids -> context vectors `(B, S, D)`.
+
+    Source padding (id 0) is masked in every self-attention layer.
+    """
+
+    def __init__(self, vocab_size, d_model, num_heads, num_layers, d_ff, dropout=0.1, norm_first=False, **kwargs):
+        super().__init__(
+            vocab_size,
+            d_model,
+            num_heads,
+            num_layers,
+            d_ff,
+            dropout,
+            norm_first,
+            causal=False,
+            cross_attention=False,
+            **kwargs,
+        )
+
+    def build(self, encoder_tokens_shape):
+        self._build_stack(encoder_tokens_shape)
+
+    def call(self, encoder_tokens, training=None):
+        return self._run_stack(encoder_tokens, training=training)
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class Decoder(_Stack):
+    """The decoder stack: target token ids (and the encoder's context) -> logits `(B, T, V)`.
+
+    Self-attention is causal and masks target padding; cross-attention (when
+    `cross_attention=True`) masks source padding. Logits are float32 under any
+    precision policy. With `tie_embeddings=True` the output projection is the
+    transposed token embedding, as in the paper's section 3.4.
+
+    Without cross-attention it is the decoder-only (GPT-style) stack.
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        d_model,
+        num_heads,
+        num_layers,
+        d_ff,
+        dropout=0.1,
+        norm_first=False,
+        cross_attention=True,
+        tie_embeddings=False,
+        **kwargs,
+    ):
+        super().__init__(
+            vocab_size,
+            d_model,
+            num_heads,
+            num_layers,
+            d_ff,
+            dropout,
+            norm_first,
+            causal=True,
+            cross_attention=cross_attention,
+            **kwargs,
+        )
+        self.cross_attention = cross_attention
+        self.tie_embeddings = tie_embeddings
+        self.output_projection = None if tie_embeddings else keras.layers.Dense(vocab_size, name="logits")
+
+    def build(self, decoder_tokens_shape, context_shape=None, context_padding_mask_shape=None):
+        self._build_stack(decoder_tokens_shape, context_shape)
+        if self.output_projection is not None:
+            self.output_projection.build((*decoder_tokens_shape, self.d_model))
+
+    def call(self, decoder_tokens, context=None, context_padding_mask=None, training=None):
+        x = self._run_stack(decoder_tokens, context, context_padding_mask, training)  # (B, T, D)
+        return self.logits(x)
+
+    def initial_cache(self, batch_size, length, context=None):
+        """An empty KV cache for `length` positions: one dict per block.
+
+        Self-attention keys and values start as zeros `(B, H, length, K)`;
+        cross-attention keys and values of `context` are computed here, once.
+        """
+        cache = []
+        for block in self.blocks:
+            attention = block.self_attention
+            zeros = ops.zeros((batch_size, attention.num_heads, length, attention.head_dim), self.compute_dtype)
+            entry = {"key": zeros, "value": zeros}
+            if self.cross_attention:
+                entry.update(block.cross_attention_cache(context))
+            cache.append(entry)
+        return cache
+
+    def decode_step(self, token, index, cache, context_padding_mask=None):
+        """The logits for the token after `token`, using and extending the cache.
+
+        Args:
+            token: int32 `(B, 1)`, the token at position `index`.
+            index: scalar int tensor.
+            cache: from `initial_cache`, holding positions < index.
+
+        Returns:
+            `(logits (B, V) float32, cache)`.
+        """
+        x = self.embedding(token, start_position=index)  # (B, 1, D)
+        new_cache = []
+        for block, block_cache in zip(self.blocks, cache, strict=True):
+            x, block_cache = block.decode_step(x, index, block_cache, context_padding_mask)
+            new_cache.append(block_cache)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return self.logits(x)[:, 0], new_cache
+
+    def logits(self, x):
+        """Decoder states `(B, T, D)` -> float32 logits `(B, T, V)`."""
+        if self.tie_embeddings:
+            table = self.embedding.token_embedding.embeddings  # (V, D)
+            return ops.cast(ops.matmul(x, ops.transpose(ops.cast(table, x.dtype))), "float32")
+        return ops.cast(self.output_projection(x), "float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(cross_attention=self.cross_attention, tie_embeddings=self.tie_embeddings)
+        return config
+
+
+def build_transformer(
+    src_vocab_size,
+    tgt_vocab_size,
+    d_model=256,
+    num_heads=8,
+    num_layers=4,
+    d_ff=1024,
+    dropout=0.1,
+    norm_first=False,
+    tie_embeddings=False,
+):
+    """The encoder-decoder Transformer as a functional keras.Model.
+
+    Args:
+        src_vocab_size: source vocabulary size (ids 0..V-1, 0 = padding).
+        tgt_vocab_size: target vocabulary size.
+        d_model: D, the model width.
+        num_heads: H, attention heads per layer.
+        num_layers: N, layers in the encoder and in the decoder.
+        d_ff: the feed-forward hidden width.
+        dropout: dropout rate while training.
+        norm_first: pre-LN blocks instead of the paper's post-LN.
+        tie_embeddings: use the target embedding as the output projection.
+
+    Returns:
+        keras.Model with inputs `encoder_tokens` (B, S) and `decoder_tokens`
+        (B, T), int32, 0 = padding, and float32 logits (B, T, V) out. Its
+        layers "encoder" and "decoder" can be called apart.
+    """
+    encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
+    decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+    encoder = Encoder(src_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, norm_first, name="encoder")
+    decoder = Decoder(
+        tgt_vocab_size,
+        d_model,
+        num_heads,
+        num_layers,
+        d_ff,
+        dropout,
+        norm_first,
+        tie_embeddings=tie_embeddings,
+        name="decoder",
+    )
+    context = encoder(encoder_tokens)  # (B, S, D)
+    logits = decoder(decoder_tokens, context=context, context_padding_mask=make_padding_mask(encoder_tokens))
+    return keras.Model([encoder_tokens, decoder_tokens], logits, name="transformer")
+
+
+def build_decoder_only(
+    vocab_size,
+    d_model=256,
+    num_heads=8,
+    num_layers=4,
+    d_ff=1024,
+    dropout=0.1,
+    norm_first=False,
+    tie_embeddings=False,
+):
+    """The decoder-only (GPT-style) language model: masked self-attention and feed-forward blocks.
+
+    Returns:
+        keras.Model with input `decoder_tokens` (B, T), int32, 0 = padding,
+        and float32 next-token logits (B, T, V) out.
+    """
+    decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+    decoder = Decoder(
+        vocab_size,
+        d_model,
+        num_heads,
+        num_layers,
+        d_ff,
+        dropout,
+        norm_first,
+        cross_attention=False,
+        tie_embeddings=tie_embeddings,
+        name="decoder",
+    )
+    return keras.Model(decoder_tokens, decoder(decoder_tokens), name="decoder_only")

@@ -1,0 +1,99 @@
+"""Pictures: learning curves (and, with decoding, attention heatmaps)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def learning_curves(history, path):
+    """Saves loss and token accuracy per epoch, training against validation, as a PNG."""
+    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, metric, label in [
+        (loss_axis, "loss", "loss (label-smoothed)"),
+        (accuracy_axis, "accuracy", "token accuracy"),
+    ]:
+        epochs = range(1, len(history.get(metric, [])) + 1)
+        axis.plot(epochs, history.get(metric, []), marker="o", label="train")
+        if f"val_{metric}" in history:
+            axis.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
+        axis.set_xlabel("epoch")
+        axis.set_title(label)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def attention_weights(trained, sentence, max_length=None):
+    """Translates `sentence` greedily and collects every attention map on the way.
+
+    The decoder is re-run teacher-forced on its own output, so each map shows
+    what the model attended to while producing that translation.
+
+    Returns:
+        (source_tokens, target_tokens, translation, maps): token strings, the
+        translation, and a dict {"encoder self-attention", "decoder
+        self-attention", "cross-attention"} of lists (one per layer) of arrays
+        `(H, rows, columns)`.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from kformer.decoding import decode
+    from kformer.layers import make_padding_mask
+    from kformer.text import END_ID, START_ID
+
+    max_length = max_length or trained.max_length
+    source_ids = trained.source_tokenizer.tokenize(tf.constant([sentence]))[:, :max_length].to_tensor()
+    output = decode(trained.model, source_ids, max_length).numpy()[0]
+    output = list(output[: list(output).index(END_ID) + 1] if END_ID in output else output[output > 0])
+    decoder_tokens = tf.constant([[START_ID] + output[:-1]], tf.int32)
+    encoder, decoder = trained.model.get_layer("encoder"), trained.model.get_layer("decoder")
+    context, encoder_scores = encoder.run_with_attention(source_ids)
+    _, decoder_scores = decoder.run_with_attention(decoder_tokens, context, make_padding_mask(source_ids))
+    maps = {
+        "encoder self-attention": [np.asarray(s["self_attention"][0]) for s in encoder_scores],
+        "decoder self-attention": [np.asarray(s["self_attention"][0]) for s in decoder_scores],
+        "cross-attention": [np.asarray(s["cross_attention"][0]) for s in decoder_scores],
+    }
+    source_tokens = [trained.source_tokenizer.vocabulary[i] for i in source_ids.numpy()[0]]
+    target_tokens = [trained.target_tokenizer.vocabulary[i] for i in output]
+    translation = trained.target_tokenizer.detokenize(tf.constant([output], tf.int32)).numpy()[0].decode()
+    return source_tokens, target_tokens, translation, maps
+
+
+def attention_heatmaps(trained, sentence, path=None):
+    """Heatmaps of every layer and head: cross-attention, then decoder and encoder self-attention.
+
+    Rows of a cross-attention map are the produced target tokens (each row
+    is what the model looked at in the source while producing that token).
+
+    Returns:
+        The matplotlib Figure (also saved to `path` when given).
+    """
+    source_tokens, target_tokens, translation, maps = attention_weights(trained, sentence)
+    inputs = ["[START]", *target_tokens[:-1]]
+    axes_labels = {
+        "cross-attention": (target_tokens, source_tokens),
+        "decoder self-attention": (target_tokens, inputs),
+        "encoder self-attention": (source_tokens, source_tokens),
+    }
+    layers = len(maps["cross-attention"])
+    heads = maps["cross-attention"][0].shape[0]
+    size = 0.35 * max(len(source_tokens), len(target_tokens)) + 1.5
+    figure, grid = plt.subplots(3 * layers, heads, figsize=(size * heads, size * 3 * layers), squeeze=False)
+    for kind_index, (kind, (rows, columns)) in enumerate(axes_labels.items()):
+        for layer, weights in enumerate(maps[kind]):
+            for head in range(heads):
+                axis = grid[kind_index * layers + layer, head]
+                axis.imshow(weights[head], cmap="viridis", vmin=0.0, vmax=1.0)
+                axis.set_xticks(range(len(columns)), columns, rotation=90, fontsize=8)
+                axis.set_yticks(range(len(rows)), rows, fontsize=8)
+                axis.set_title(f"{kind}, layer {layer + 1}, head {head + 1}", fontsize=8)
+    figure.suptitle(f'"{sentence}" -> "{translation}"')
+    figure.tight_layout()
+    if path is not None:
+        figure.savefig(path, dpi=90)
+    return figure

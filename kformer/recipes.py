@@ -1,0 +1,272 @@
+"""Whole jobs, end to end: train a translator, evaluate it, train a language model.
+
+The CLI is a thin layer over these; notebooks and scripts call them directly.
+"""
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+import sacrebleu
+import tensorflow as tf
+
+from kformer import plots
+from kformer.data import DataError, make_dataset
+from kformer.model import build_decoder_only, build_transformer
+from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, TrainedModel, write_atomically
+from kformer.text import END_ID, START_ID, Tokenizer, build_vocabulary
+from kformer.training import TimeBudget, compile_for_training, make_strategy, perplexity
+from kformer.translator import Translator
+
+
+@dataclass
+class TrainingConfig:
+    """Everything a training run needs besides the data. The defaults are the paper's recipe at small scale."""
+
+    d_model: int = 256
+    num_heads: int = 8
+    num_layers: int = 4
+    d_ff: int = 1024
+    dropout: float = 0.1
+    norm_first: bool = False
+    tie_embeddings: bool = False
+    source_vocab_size: int = 8000
+    target_vocab_size: int = 8000
+    max_length: int = 40
+    batch_size: int = 64
+    label_smoothing: float = 0.1
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0
+    clipnorm: float | None = None
+    epochs: int | None = None
+    minutes: float | None = None
+    steps_per_epoch: int | None = None
+    patience: int = 5
+    seed: int = 0
+    jit_compile: bool = True
+    strategy: str = "default"
+    mixed_precision: bool = False
+
+    def model_settings(self):
+        return {
+            name: getattr(self, name)
+            for name in ("d_model", "num_heads", "num_layers", "d_ff", "dropout", "norm_first", "tie_embeddings")
+        }
+
+
+def _vocabulary(path, sentences, size, verbose):
+    """Loads the vocabulary an interrupted run left in the output directory, or learns and writes it."""
+    if path.is_file():
+        return Tokenizer.load(path)
+    if verbose:
+        print(f"Learning a {size}-token WordPiece vocabulary from {len(sentences):,} sentences ...", flush=True)
+    tokenizer = Tokenizer(build_vocabulary(sentences, size))
+    write_atomically(path, tokenizer.save)
+    return tokenizer
+
+
+def _set_precision(config):
+    policy = "float32"
+    if config.mixed_precision:
+        policy = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+    keras.mixed_precision.set_global_policy(policy)
+    return policy
+
+
+def _callbacks(out, config, validation, budget):
+    training_dir = out / "training"
+    callbacks = [
+        keras.callbacks.BackupAndRestore(str(training_dir / "backup")),
+        keras.callbacks.CSVLogger(str(training_dir / "history.csv"), append=True),
+        keras.callbacks.TensorBoard(str(training_dir / "logs"), update_freq=100),
+    ]
+    if validation:
+        callbacks += [
+            keras.callbacks.ModelCheckpoint(
+                str(training_dir / "best.weights.h5"), monitor="val_loss", save_best_only=True, save_weights_only=True
+            ),
+            keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.patience, restore_best_weights=True),
+        ]
+    if budget is not None:
+        callbacks.append(budget)
+    return callbacks
+
+
+def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
+    """model.fit under the epoch count or the wall-clock budget; returns (history, summary)."""
+    budget = TimeBudget(config.minutes) if config.minutes else None
+    epochs = config.epochs or (10_000 if config.minutes else 10)
+    started = time.perf_counter()
+    history = model.fit(
+        train,
+        validation_data=valid,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        callbacks=_callbacks(out, config, valid is not None, budget),
+        shuffle=False,  # the dataset shuffles itself
+        verbose=verbose,
+    )
+    seconds = time.perf_counter() - started
+    steps = int(model.optimizer.iterations.numpy())
+    summary = {
+        "steps": steps,
+        "seconds": round(seconds, 1),
+        "epochs_run": len(history.history.get("loss", [])),
+        "stopped_by": "time budget" if budget and budget.expired else "epochs or early stopping",
+    }
+    if history.history.get("loss"):
+        plots.learning_curves(history.history, out / "learning_curves.png")
+        summary.update({k: round(float(v[-1]), 4) for k, v in history.history.items()})
+    return history, summary
+
+
+def train_translator(splits, out, config=None, verbose=1):
+    """Trains an encoder-decoder translator and saves its model directory.
+
+    Args:
+        splits: {"train": pairs, "valid": pairs, ...}, pairs as (source, target).
+        out: the model directory to write (and to resume from if a run was
+            killed: its vocabularies and training/backup are reused).
+        config: a `TrainingConfig`.
+
+    Returns:
+        The `TrainedModel`, also saved under `out`.
+    """
+    config = config or TrainingConfig()
+    out = Path(out)
+    train_pairs, valid_pairs = splits["train"], splits.get("valid") or []
+    if not train_pairs:
+        raise DataError("the training split is empty; give more sentence pairs.")
+    strategy = make_strategy(config.strategy)  # first: multi-worker collectives need a fresh runtime
+    keras.utils.set_random_seed(config.seed)
+    policy = _set_precision(config)
+    source = _vocabulary(out / SOURCE_VOCAB_FILE, [s for s, _ in train_pairs], config.source_vocab_size, verbose)
+    target = _vocabulary(out / TARGET_VOCAB_FILE, [t for _, t in train_pairs], config.target_vocab_size, verbose)
+    with strategy.scope():
+        model = build_transformer(source.vocab_size, target.vocab_size, **config.model_settings())
+        compile_for_training(
+            model,
+            config.d_model,
+            config.label_smoothing,
+            config.warmup_steps,
+            config.learning_rate_scale,
+            config.clipnorm,
+            config.jit_compile,
+        )
+    batches = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
+    train = make_dataset(train_pairs, source, target, repeat=True, **batches)
+    valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches) if valid_pairs else None
+    steps_per_epoch = config.steps_per_epoch or math.ceil(len(train_pairs) / config.batch_size)
+    if verbose:
+        print(
+            f"Training a {model.count_params():,}-parameter Transformer on {len(train_pairs):,} pairs "
+            f"({steps_per_epoch} steps an epoch, {policy}, strategy {config.strategy}) ...",
+            flush=True,
+        )
+    _, summary = _fit(model, train, valid, steps_per_epoch, out, config, verbose)
+    settings = dataclasses.asdict(config)
+    trained = TrainedModel(
+        model,
+        source,
+        target,
+        {"kind": "translator", "max_length": config.max_length, "training": settings, "result": summary},
+    )
+    trained.save(out)
+    return trained
+
+
+def score(hypotheses, references, lowercase=False):
+    """sacreBLEU BLEU and chrF, and exact match, of hypotheses against one reference each."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references.")
+    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True))
+    if lowercase:
+        exact = sum(h.lower() == r.lower() for h, r in zip(hypotheses, references, strict=True))
+    return {
+        "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
+        "exact_match": round(100.0 * exact / max(len(references), 1), 2),
+        "n": len(references),
+    }
+
+
+def evaluate(trained, pairs, batch_size=64, lowercase=False):
+    """Translates each source of `pairs` greedily and scores against its target.
+
+    Returns:
+        {"bleu", "chrf", "exact_match" (percent), "n", "seconds"}.
+    """
+    started = time.perf_counter()
+    hypotheses = Translator(trained).translate([s for s, _ in pairs], batch_size=batch_size)
+    result = score(hypotheses, [t for _, t in pairs], lowercase=lowercase)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def read_lines(path):
+    """Non-empty lines of a UTF-8 text file, for language modelling."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; give a UTF-8 text file, one passage a line.")
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text; re-save the file as UTF-8.") from None
+    lines = [line for line in lines if line]
+    if not lines:
+        raise DataError(f"{path}: holds no text.")
+    return lines
+
+
+def train_language_model(lines, out, config=None, verbose=1):
+    """Trains the decoder-only model on lines of text with the same recipe.
+
+    Each line becomes [START] + tokens -> tokens + [END]; the result, like a
+    translator's, is a model directory (its source vocabulary is the same as
+    its target vocabulary). Returns (model, tokenizer, summary).
+    """
+    config = config or TrainingConfig()
+    out = Path(out)
+    strategy = make_strategy(config.strategy)
+    keras.utils.set_random_seed(config.seed)
+    _set_precision(config)
+    tokenizer = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose)
+    with strategy.scope():
+        model = build_decoder_only(tokenizer.vocab_size, **config.model_settings())
+        compile_for_training(
+            model,
+            config.d_model,
+            config.label_smoothing,
+            config.warmup_steps,
+            config.learning_rate_scale,
+            config.clipnorm,
+            config.jit_compile,
+        )
+    # A language model is a translator from nothing: reuse the pair pipeline
+    # with an empty source and keep only the decoder side.
+    pairs = [("", line) for line in lines]
+    dataset = make_dataset(pairs, tokenizer, tokenizer, batch_size=config.batch_size, max_length=config.max_length)
+    dataset = dataset.map(lambda inputs, labels: (inputs[1], labels)).repeat()
+    steps_per_epoch = config.steps_per_epoch or math.ceil(len(lines) / config.batch_size)
+    _, summary = _fit(model, dataset, None, steps_per_epoch, out, config, verbose)
+    summary["perplexity"] = round(perplexity(summary.get("loss", 50.0)), 2)
+    write_atomically(out / "model.keras", model.save)
+    text = json.dumps({"kind": "language_model", "max_length": config.max_length, "result": summary}, indent=2)
+    write_atomically(out / "config.json", lambda p: Path(p).write_text(text + "\n", encoding="utf-8"))
+    return model, tokenizer, summary
+
+
+def sample(model, tokenizer, max_length=20):
+    """Greedy text from a decoder-only model, starting from [START] (for a quick look)."""
+    tokens = [START_ID]
+    for _ in range(max_length):
+        logits = model(tf.constant([tokens]), training=False)
+        next_token = int(tf.argmax(logits[0, -1]))
+        if next_token == END_ID:
+            break
+        tokens.append(next_token)
+    return tokenizer.detokenize(tf.constant([tokens[1:]], tf.int32)).numpy()[0].decode()

@@ -1,0 +1,188 @@
+"""The training recipe: loss, metric, schedule, callbacks, strategies, model.fit.
+
+Follows the paper (section 5): Adam(0.9, 0.98, 1e-9) with a warmup then
+inverse-square-root learning rate, label smoothing 0.1, dropout 0.1.
+"""
+
+import math
+import time
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from kformer.text import PAD_ID
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class MaskedSparseCrossEntropy(keras.losses.Loss):
+    """Cross-entropy over token ids with label smoothing, ignoring padding.
+
+    With smoothing e over V classes the target distribution is
+    q = (1 - e) * one_hot(y) + e / V, so
+
+        loss = (1 - e) * -log p(y) + e * mean_v(-log p(v)),
+
+    computed from log-softmax without building a one-hot of the vocabulary.
+    The result is the mean over non-padding tokens (label != 0).
+
+    Args:
+        label_smoothing: e, in [0, 1).
+    """
+
+    def __init__(self, label_smoothing=0.1, name="masked_sparse_cross_entropy", **kwargs):
+        super().__init__(name=name, reduction="sum", **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got label_smoothing={label_smoothing!r}.")
+        self.label_smoothing = label_smoothing
+
+    def call(self, y_true, y_pred):
+        labels = ops.cast(y_true, "int32")  # (B, T)
+        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)  # (B, T, V)
+        true_log_prob = ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1)[..., 0]  # (B, T)
+        per_token = -(1.0 - self.label_smoothing) * true_log_prob
+        if self.label_smoothing:
+            per_token -= self.label_smoothing * ops.mean(log_probs, axis=-1)
+        not_padding = ops.cast(ops.not_equal(labels, PAD_ID), "float32")
+        # Per-token terms that sum (reduction="sum") to the mean over real
+        # tokens; Keras may multiply by the logits' padding mask too, which
+        # changes nothing here. Under tf.distribute each replica's mean is
+        # divided by the replica count, as Keras does for its mean losses.
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        return per_token * not_padding / (ops.maximum(ops.sum(not_padding), 1.0) * replicas)
+
+    def get_config(self):
+        return {"label_smoothing": self.label_smoothing, "name": self.name}
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class MaskedAccuracy(keras.metrics.Metric):
+    """The fraction of non-padding target tokens whose argmax is the label."""
+
+    def __init__(self, name="accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.correct = self.add_variable((), initializer="zeros", name="correct")
+        self.total = self.add_variable((), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        labels = ops.cast(y_true, "int32")
+        not_padding = ops.not_equal(labels, PAD_ID)
+        hit = ops.logical_and(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), labels), not_padding)
+        self.correct.assign_add(ops.sum(ops.cast(hit, "float32")))
+        self.total.assign_add(ops.sum(ops.cast(not_padding, "float32")))
+
+    def result(self):
+        return self.correct / ops.maximum(self.total, 1.0)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.total.assign(0.0)
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """lr(step) = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5).
+
+    Rises linearly for `warmup_steps`, then decays as 1/sqrt(step). `step`
+    counts from 1 (the first update).
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.scale = scale
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        return (
+            self.scale
+            * self.d_model**-0.5
+            * ops.minimum(ops.rsqrt(step), step * ops.cast(self.warmup_steps, "float32") ** -1.5)
+        )
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+def make_optimizer(d_model, warmup_steps=4000, learning_rate_scale=1.0, clipnorm=None):
+    """Adam(0.9, 0.98, 1e-9) on the paper's schedule, optionally clipping the gradient norm."""
+    return keras.optimizers.Adam(
+        TransformerSchedule(d_model, warmup_steps, learning_rate_scale),
+        beta_1=0.9,
+        beta_2=0.98,
+        epsilon=1e-9,
+        clipnorm=clipnorm,
+    )
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once `minutes` of wall-clock time have passed.
+
+    Checked after every batch; records the steps actually run, since Keras's
+    per-epoch ms/step is divided by the epoch's nominal length.
+    """
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.seconds = minutes * 60.0
+        self.steps = 0
+        self.elapsed = 0.0
+        self.expired = False
+
+    def on_train_begin(self, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+        self.elapsed = time.perf_counter() - self._start
+        if self.elapsed >= self.seconds:
+            self.expired = True
+            self.model.stop_training = True
+
+
+STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
+
+
+def make_strategy(name="default"):
+    """A tf.distribute strategy by name: default, mirrored, multiworker or tpu.
+
+    "mirrored" replicates over this machine's GPUs (or logical CPU devices);
+    "multiworker" reads the cluster from the TF_CONFIG environment variable;
+    "tpu" connects to the TPU named by the environment (Cloud TPU VM).
+    """
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multiworker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
+
+
+def compile_for_training(
+    model,
+    d_model,
+    label_smoothing=0.1,
+    warmup_steps=4000,
+    learning_rate_scale=1.0,
+    clipnorm=None,
+    jit_compile=True,
+):
+    """Compiles `model` with the paper's optimizer, the masked smoothed loss and token accuracy."""
+    model.compile(
+        optimizer=make_optimizer(d_model, warmup_steps, learning_rate_scale, clipnorm),
+        loss=MaskedSparseCrossEntropy(label_smoothing),
+        metrics=[MaskedAccuracy()],
+        jit_compile=jit_compile,
+    )
+    return model
+
+
+def perplexity(loss):
+    """exp(loss), the usual reading of a language model's cross-entropy."""
+    return math.exp(min(loss, 50.0))

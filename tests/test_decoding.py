@@ -1,0 +1,156 @@
+"""Decoding: the KV cache against the plain path, beam against greedy, batching, bad input."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import run_fresh_python, to_numpy
+
+from kformer import TrainedModel, Translator, build_transformer
+from kformer.decoding import _step_function, beam_search, decode, greedy_search
+from kformer.layers import make_padding_mask
+from kformer.text import END_ID, RESERVED_TOKENS, START_ID, Tokenizer
+from kformer.training import compile_for_training
+
+WORDS = [chr(c) for c in range(ord("a"), ord("a") + 12)]
+VOCAB = RESERVED_TOKENS + WORDS
+
+
+@pytest.fixture(scope="module")
+def random_model():
+    keras.utils.set_random_seed(5)
+    return build_transformer(len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A small model trained to copy sequences of letters: its outputs are known."""
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(2, 8, size=12_000)
+    source = np.zeros((12_000, 7), "int32")
+    for row, length in enumerate(lengths):
+        source[row, :length] = rng.integers(4, len(VOCAB), size=length)
+    decoder_tokens = np.concatenate([np.full((12_000, 1), START_ID, "int32"), source], 1)
+    labels = np.concatenate([source, np.zeros((12_000, 1), "int32")], 1)
+    labels[np.arange(12_000), lengths] = END_ID
+    model = build_transformer(len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
+    compile_for_training(model, 32, label_smoothing=0.0, warmup_steps=200)
+    model.fit([source, decoder_tokens], labels, batch_size=32, epochs=1, verbose=0)
+    return TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})
+
+
+def random_tokens(batch, length, seed=0):
+    tokens = np.random.default_rng(seed).integers(4, len(VOCAB), size=(batch, length)).astype("int32")
+    tokens[1:, length - 2 :] = 0  # some padding
+    return tokens
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_cached_and_uncached_decoding_give_identical_tokens(random_model, trained, beam_size):
+    for model in (random_model, trained.model):
+        tokens = random_tokens(4, 6)
+        cached = decode(model, tokens, max_length=10, beam_size=beam_size, use_cache=True)
+        uncached = decode(model, tokens, max_length=10, beam_size=beam_size, use_cache=False)
+        np.testing.assert_array_equal(to_numpy(cached), to_numpy(uncached))
+
+
+def test_cached_step_logits_equal_the_full_decoder(random_model):
+    """The cache's logits at every position match one teacher-forced decoder pass."""
+    encoder, decoder = random_model.get_layer("encoder"), random_model.get_layer("decoder")
+    source = random_tokens(2, 5)
+    # A generated prefix has no padding in it.
+    generated = np.random.default_rng(1).integers(4, len(VOCAB), size=(2, 6))
+    target = np.concatenate([np.full((2, 1), START_ID), generated], 1).astype("int32")
+    mask = make_padding_mask(source)
+    context = encoder(source)
+    full = to_numpy(decoder(target, context=context, context_padding_mask=mask))
+    step, cache = _step_function(decoder, context, mask, length=7, use_cache=True)
+    for t in range(7):
+        logits, cache = step(tf.constant(target), tf.constant(t), cache)
+        np.testing.assert_allclose(to_numpy(logits), full[:, t], atol=1e-4)
+
+
+def test_beam_of_one_is_greedy(random_model):
+    encoder, decoder = random_model.get_layer("encoder"), random_model.get_layer("decoder")
+    source = random_tokens(3, 6)
+    mask = make_padding_mask(source)
+    context = encoder(source)
+    done = tf.zeros([3], tf.bool)
+    step, state = _step_function(decoder, context, mask, 11, use_cache=True)
+    greedy = greedy_search(step, state, done, 10)
+    step, state = _step_function(decoder, context, mask, 11, use_cache=True)
+    beam = beam_search(step, state, done, 10, beam_size=1, length_penalty=0.6)
+    np.testing.assert_array_equal(to_numpy(beam), to_numpy(greedy))
+
+
+def test_trained_model_copies_with_greedy_and_beam(trained):
+    for beam_size in (1, 4):
+        translator = Translator(trained, beam_size=beam_size)
+        assert translator.translate(["a b c", "l k j i h", "d e"]) == ["a b c", "l k j i h", "d e"]
+
+
+def test_beam_search_finds_a_sequence_at_least_as_likely_as_greedy(random_model):
+    tokens = random_tokens(4, 6)
+
+    def log_prob(output):
+        output = to_numpy(output)
+        decoder_tokens = np.concatenate([np.full((4, 1), START_ID), output[:, :-1]], 1).astype("int32")
+        decoder_tokens[decoder_tokens == END_ID] = 0
+        log_probs = to_numpy(tf.nn.log_softmax(random_model([tokens, decoder_tokens])))
+        picked = np.take_along_axis(log_probs, output[..., None], -1)[..., 0]
+        return np.where(output > 0, picked, 0.0).sum(1)
+
+    greedy = decode(random_model, tokens, max_length=8)
+    beam = decode(random_model, tokens, max_length=8, beam_size=5, length_penalty=0.0)
+    assert (log_prob(beam) >= log_prob(greedy) - 1e-4).all()
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batched_equals_one_by_one_and_padding_changes_nothing(trained, beam_size):
+    translator = Translator(trained, beam_size=beam_size)
+    tokens = random_tokens(4, 7, seed=3)
+    batched = to_numpy(translator.translate_ids(tokens))
+    for row in range(4):
+        alone = to_numpy(translator.translate_ids(tokens[row : row + 1]))
+        np.testing.assert_array_equal(alone[0, : batched.shape[1]], batched[row, : alone.shape[1]])
+        more_padding = np.pad(tokens[row : row + 1], ((0, 0), (0, 5)))
+        padded = to_numpy(translator.translate_ids(more_padding))
+        assert list(padded[0][padded[0] > 0]) == list(alone[0][alone[0] > 0])
+
+
+def test_strings_in_strings_out_with_awkward_input(trained):
+    translator = Translator(trained)
+    texts = ["", "   ", "a b " * 2500, "a 猫 🐈 ñ b", "é", "a b c"]
+    outputs = [t.decode() for t in translator(tf.constant(texts)).numpy()]
+    assert outputs[0] == outputs[1] == ""
+    assert outputs[5] == "a b c"
+    assert all(isinstance(o, str) for o in outputs)
+    assert [t.decode() for t in translator(tf.constant(["", ""])).numpy()] == ["", ""]
+
+
+def test_no_retracing_across_lengths_and_batch_sizes(trained):
+    translator = Translator(trained)
+    for texts in (["a"], ["a b c d e", "f"], ["a b"] * 7):
+        translator(tf.constant(texts))
+    assert translator.__call__.experimental_get_tracing_count() == 1
+
+
+def test_translator_saves_as_a_savedmodel_signature(trained, tmp_path):
+    translator = Translator(trained)
+    expected = [t.decode() for t in translator(tf.constant(["a b c", "d e"])).numpy()]
+    tf.saved_model.save(
+        translator,
+        str(tmp_path / "saved"),
+        signatures={"serving_default": translator.__call__, "translate_ids": translator.translate_ids},
+    )
+    out = run_fresh_python(
+        """
+        import tensorflow as tf, tensorflow_text  # registers the tokenizer ops
+        loaded = tf.saved_model.load("saved")
+        result = loaded.signatures["serving_default"](texts=tf.constant(["a b c", "d e"]))
+        print("|".join(t.decode() for t in list(result.values())[0].numpy()))
+        """,
+        cwd=tmp_path,
+    )
+    assert out.strip().splitlines()[-1] == "|".join(expected) == "a b c|d e"

@@ -1,0 +1,96 @@
+"""build_transformer and build_decoder_only: wiring, masks, tying, precision."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import to_numpy
+
+from kformer import build_decoder_only, build_transformer
+
+SMALL = dict(d_model=16, num_heads=2, num_layers=2, d_ff=32)
+rng = np.random.default_rng(3)
+
+
+def tokens(batch, length, vocab=20):
+    return rng.integers(4, vocab, size=(batch, length)).astype("int32")
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    return build_transformer(20, 30, **SMALL)
+
+
+def test_inputs_and_outputs(transformer):
+    assert [i.name for i in transformer.inputs] == ["encoder_tokens", "decoder_tokens"]
+    assert all(keras.backend.standardize_dtype(i.dtype) == "int32" for i in transformer.inputs)
+    logits = transformer([tokens(3, 7), tokens(3, 5)])
+    assert logits.shape == (3, 5, 30)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    assert {"encoder", "decoder"} <= {layer.name for layer in transformer.layers}
+
+
+def test_source_padding_reaches_every_cross_attention(transformer):
+    source, target = tokens(2, 6), tokens(2, 4)
+    source[1, 3:] = 0
+    unpadded = to_numpy(transformer([source[1:, :3], target[1:]]))[0]
+    np.testing.assert_allclose(to_numpy(transformer([source, target]))[1], unpadded, atol=1e-5)
+    # A real source token does matter: cross-attention is live.
+    changed = source.copy()
+    changed[1, 0] = 19 if source[1, 0] != 19 else 18
+    assert not np.allclose(to_numpy(transformer([changed, target]))[1], unpadded, atol=1e-4)
+
+
+def test_decoder_never_sees_future_target_tokens(transformer):
+    source, target = tokens(1, 6), tokens(1, 6)
+    before = to_numpy(transformer([source, target]))
+    for t in range(5):
+        changed = target.copy()
+        changed[0, t + 1 :] = tokens(1, 5 - t)
+        np.testing.assert_allclose(to_numpy(transformer([source, changed]))[:, : t + 1], before[:, : t + 1], atol=1e-5)
+
+
+def test_target_padding_does_not_change_real_positions(transformer):
+    source, target = tokens(1, 5), tokens(1, 4)
+    padded = np.concatenate([target, np.zeros((1, 3), "int32")], axis=1)
+    np.testing.assert_allclose(
+        to_numpy(transformer([source, padded]))[:, :4], to_numpy(transformer([source, target])), atol=1e-5
+    )
+
+
+def test_tied_embeddings_project_with_the_embedding_table():
+    tied = build_transformer(20, 30, tie_embeddings=True, **SMALL)
+    untied = build_transformer(20, 30, **SMALL)
+    assert untied.count_params() - tied.count_params() == 16 * 30 + 30  # the Dense kernel and bias
+    decoder = tied.get_layer("decoder")
+    states = rng.standard_normal((1, 3, 16)).astype("float32")
+    table = to_numpy(decoder.embedding.token_embedding.embeddings)
+    np.testing.assert_allclose(to_numpy(decoder.logits(states)), states @ table.T, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_only_is_causal(norm_first):
+    model = build_decoder_only(25, norm_first=norm_first, **SMALL)
+    assert [i.name for i in model.inputs] == ["decoder_tokens"]
+    sequence = tokens(2, 6, vocab=25)
+    before = to_numpy(model(sequence))
+    assert before.shape == (2, 6, 25)
+    changed = sequence.copy()
+    changed[:, 3:] = tokens(2, 3, vocab=25)
+    np.testing.assert_allclose(to_numpy(model(changed))[:, :3], before[:, :3], atol=1e-5)
+
+
+def test_pre_ln_stack_ends_with_a_layer_norm():
+    model = build_transformer(20, 30, norm_first=True, **SMALL)
+    assert model.get_layer("encoder").final_norm is not None
+    assert build_transformer(20, 30, **SMALL).get_layer("encoder").final_norm is None
+
+
+def test_mixed_precision_keeps_logits_float32():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = build_transformer(20, 30, **SMALL)
+        logits = model([tokens(2, 5), tokens(2, 4)])
+        assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+        assert np.isfinite(to_numpy(logits)).all()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

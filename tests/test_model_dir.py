@@ -1,0 +1,86 @@
+"""Model directories: save, load, and what a broken one says."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import TINY_BATCH, run_fresh_python, to_numpy
+
+from kformer import TrainedModel, build_transformer, load
+from kformer.model_dir import ModelDirectoryError
+from kformer.text import RESERVED_TOKENS, Tokenizer
+
+SOURCE_VOCAB = RESERVED_TOKENS + ["the", "black", "cat", "sleeps"] + [f"w{i}" for i in range(12)]
+TARGET_VOCAB = RESERVED_TOKENS + ["el", "gato", "negro", "duerme"] + [f"v{i}" for i in range(22)]
+
+
+@pytest.fixture
+def saved(tmp_path):
+    model = build_transformer(len(SOURCE_VOCAB), len(TARGET_VOCAB), d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    trained = TrainedModel(model, Tokenizer(SOURCE_VOCAB), Tokenizer(TARGET_VOCAB), {"max_length": 12})
+    trained.save(tmp_path / "model")
+    return trained, tmp_path / "model"
+
+
+def test_round_trip_in_a_fresh_process(saved):
+    trained, directory = saved
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "config.json",
+        "model.keras",
+        "source_vocab.txt",
+        "target_vocab.txt",
+    ]
+    np.save(directory.parent / "expected.npy", to_numpy(trained.model(TINY_BATCH)))
+    run_fresh_python(
+        f"""
+        import numpy as np, kformer
+        trained = kformer.load("model")
+        assert trained.max_length == 12
+        assert trained.source_tokenizer.vocabulary == {SOURCE_VOCAB!r}
+        batch = (np.array({TINY_BATCH[0].tolist()}, "int32"), np.array({TINY_BATCH[1].tolist()}, "int32"))
+        np.testing.assert_array_equal(np.asarray(trained.model(batch)), np.load("expected.npy"))
+        """,
+        cwd=directory.parent,
+    )
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(ModelDirectoryError, match="no such model directory"):
+        load(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("piece", ["config.json", "model.keras", "target_vocab.txt"])
+def test_missing_piece_is_named(saved, piece):
+    _, directory = saved
+    (directory / piece).unlink()
+    with pytest.raises(ModelDirectoryError, match=f"incomplete model directory, missing {piece}"):
+        load(directory)
+
+
+def test_vocabulary_from_another_model_is_detected(saved):
+    _, directory = saved
+    Tokenizer(TARGET_VOCAB[:-3]).save(directory / "target_vocab.txt")
+    with pytest.raises(ModelDirectoryError, match="target vocabulary has 27 tokens but the model's decoder"):
+        load(directory)
+
+
+def test_corrupt_config_is_named(saved):
+    _, directory = saved
+    (directory / "config.json").write_text("{not json")
+    with pytest.raises(ModelDirectoryError, match="config.json: not valid JSON"):
+        load(directory)
+
+
+def test_config_is_written_last_and_atomically(saved, monkeypatch):
+    trained, directory = saved
+    config = json.loads((directory / "config.json").read_text())
+
+    def fail(path):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(trained.model, "save", fail)
+    with pytest.raises(OSError, match="disk full"):
+        trained.save(directory)
+    # The old files are intact and no temporary file is left behind.
+    assert json.loads((directory / "config.json").read_text()) == config
+    assert sorted(p.name for p in directory.iterdir() if p.name.startswith(".")) == []
