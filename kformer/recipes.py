@@ -19,7 +19,7 @@ from kformer.data import DataError, make_dataset
 from kformer.model import build_decoder_only, build_transformer
 from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, TrainedModel, write_atomically
 from kformer.text import END_ID, START_ID, Tokenizer, build_vocabulary
-from kformer.training import TimeBudget, compile_for_training, make_strategy, perplexity
+from kformer.training import TimeBudget, compile_for_training, fit_across_workers, make_strategy, perplexity
 from kformer.translator import Translator
 
 
@@ -98,6 +98,8 @@ def _callbacks(out, config, validation, budget):
 
 def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
     """model.fit under the epoch count or the wall-clock budget; returns (history, summary)."""
+    if config.strategy == "multiworker":
+        return _fit_across_workers(model, train, steps_per_epoch, config, verbose)
     budget = TimeBudget(config.minutes) if config.minutes else None
     epochs = config.epochs or (10_000 if config.minutes else 10)
     started = time.perf_counter()
@@ -122,6 +124,32 @@ def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
         plots.learning_curves(history.history, out / "learning_curves.png")
         summary.update({k: round(float(v[-1]), 4) for k, v in history.history.items()})
     return history, summary
+
+
+def _fit_across_workers(model, train, steps_per_epoch, config, verbose):
+    strategy = model.distribute_strategy
+    started = time.perf_counter()
+    steps = steps_per_epoch * (config.epochs or (10_000 if config.minutes else 10))
+    seconds = config.minutes * 60 if config.minutes else None
+    history = fit_across_workers(model, train, steps, strategy, seconds, log_every=steps_per_epoch, verbose=verbose)
+    summary = {
+        "steps": history["steps"],
+        "seconds": round(time.perf_counter() - started, 1),
+        "epochs_run": len(history["loss"]),
+        "stopped_by": "multi-worker loop",
+        "loss": round(history["loss"][-1], 4),
+    }
+    return history, summary
+
+
+def _is_chief(strategy):
+    """True except on the non-chief workers of a multi-worker cluster (they must not write the directory)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return (
+        resolver is None
+        or resolver.task_type in (None, "chief")
+        or (resolver.task_type == "worker" and resolver.task_id == 0)
+    )
 
 
 def train_translator(splits, out, config=None, verbose=1):
@@ -175,7 +203,8 @@ def train_translator(splits, out, config=None, verbose=1):
         target,
         {"kind": "translator", "max_length": config.max_length, "training": settings, "result": summary},
     )
-    trained.save(out)
+    if _is_chief(strategy):
+        trained.save(out)
     return trained
 
 

@@ -164,6 +164,44 @@ def make_strategy(name="default"):
     raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
 
 
+def fit_across_workers(model, dataset, steps, strategy, seconds=None, log_every=100, verbose=1):
+    """Trains a compiled model for `steps` batches under MultiWorkerMirroredStrategy.
+
+    model.fit in Keras 3.15 cannot drive this strategy (its first-batch build
+    and metric reduction fail: keras-team/keras#20585), so this is the plain
+    distributed loop fit would run: each worker's replica computes the loss
+    (already divided by the replica count) and its gradients, the optimizer
+    all-reduces them, and the summed loss is the global mean. No Keras
+    callbacks run here; the recipe saves the result on the chief.
+
+    Returns:
+        {"loss": [mean loss of each logged span], "steps": steps run}.
+    """
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+
+    @tf.function
+    def train_step(batch):
+        def replica_step(inputs, labels):
+            with tf.GradientTape() as tape:
+                loss = model.loss(labels, model(inputs, training=True))
+            model.optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+            return loss
+
+        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)
+
+    started, losses, span = time.perf_counter(), [], []
+    for step in range(1, steps + 1):
+        span.append(float(train_step(next(iterator))))
+        if step % log_every == 0 or step == steps:
+            losses.append(sum(span) / len(span))
+            span = []
+            if verbose:
+                print(f"step {step}/{steps} - loss {losses[-1]:.4f}", flush=True)
+        if seconds is not None and time.perf_counter() - started >= seconds:
+            break
+    return {"loss": losses, "steps": step}
+
+
 def compile_for_training(
     model,
     d_model,

@@ -1,0 +1,97 @@
+"""tf.distribute: two logical CPU devices, and two local worker processes."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+from conftest import REPO, run_fresh_python
+
+TRAIN_A_FEW_STEPS = """
+    import json, os, sys
+    import numpy as np
+    import tensorflow as tf
+    {setup}
+    import keras, kformer
+    from kformer.training import compile_for_training, make_strategy
+
+    strategy = make_strategy({strategy!r})  # before any other TensorFlow work
+    rng = np.random.default_rng(0)
+    source = rng.integers(4, 12, size=(64, 5)).astype("int32")
+    decoder_tokens = np.concatenate([np.full((64, 1), 2, "int32"), source], 1)
+    labels = np.concatenate([source, np.full((64, 1), 3, "int32")], 1)
+    data = tf.data.Dataset.from_tensor_slices(((source, decoder_tokens), labels)).batch(16)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    data = data.with_options(options)
+
+    keras.utils.set_random_seed(0)
+    reference = kformer.build_transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+    with strategy.scope():
+        model = kformer.build_transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+        model.set_weights(reference.get_weights())
+        compile_for_training(model, 16, warmup_steps=10, jit_compile=False)
+    if {strategy!r} == "multiworker":  # Keras 3.15's fit cannot run it; kformer's loop does
+        from kformer.training import fit_across_workers
+        losses = fit_across_workers(model, data.repeat(), 8, strategy, log_every=4, verbose=0)["loss"]
+    else:
+        losses = model.fit(data, epochs=2, verbose=0).history["loss"]
+    print(json.dumps({{"replicas": strategy.num_replicas_in_sync, "loss": losses}}))
+"""
+
+TWO_LOGICAL_CPUS = """
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+"""
+
+
+def run_training(tmp_path, strategy, setup=""):
+    code = TRAIN_A_FEW_STEPS.format(setup=textwrap.indent(textwrap.dedent(setup), "    ").strip(), strategy=strategy)
+    return json.loads(run_fresh_python(code, cwd=tmp_path).strip().splitlines()[-1])
+
+
+def test_mirrored_over_two_logical_cpus_matches_one_device(tmp_path):
+    single = run_training(tmp_path, "default")
+    mirrored = run_training(tmp_path, "mirrored", setup=TWO_LOGICAL_CPUS)
+    assert (single["replicas"], mirrored["replicas"]) == (1, 2)
+    for one, two in zip(single["loss"], mirrored["loss"], strict=True):
+        assert abs(one - two) < 1e-3 * one
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_local_workers_train_together(tmp_path):
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    code = textwrap.dedent(TRAIN_A_FEW_STEPS.format(setup="", strategy="multiworker"))
+    processes = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+        env = dict(os.environ, TF_CONFIG=tf_config, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    results = []
+    for process in processes:
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-3000:]
+        results.append(json.loads(stdout.strip().splitlines()[-1]))
+    assert [r["replicas"] for r in results] == [2, 2]
+    assert results[0]["loss"] == results[1]["loss"]
+    assert results[0]["loss"][1] < results[0]["loss"][0]
