@@ -133,6 +133,20 @@ def _attention(args):
     print(f"Saved the attention heatmaps to {args.out}.")
 
 
+def _export(args):
+    from kformer.export import export
+
+    export(
+        args.model,
+        args.out,
+        formats=[f.strip() for f in args.formats.split(",") if f.strip()],
+        quantize=[q.strip() for q in args.quantize.split(",") if q.strip()],
+        name=args.name,
+        version=args.version,
+        beam_size=args.beam,
+    )
+
+
 def _walkthrough(args):
     from kformer import walkthrough
 
@@ -207,6 +221,16 @@ def build_parser():
     attention.add_argument("--out", default="attention.png", help="PNG to write (default: %(default)s)")
     attention.set_defaults(run=_attention)
 
+    export = commands.add_parser("export", help="write SavedModel (TF Serving), TFLite and ONNX artifacts")
+    export.add_argument("--model", required=True, help="model directory")
+    export.add_argument("--out", required=True, help="export directory to create")
+    export.add_argument("--formats", default="saved_model,tflite,onnx", help="comma-separated (default: %(default)s)")
+    export.add_argument("--quantize", default="", help="TFLite variants to add: float16,int8")
+    export.add_argument("--name", default="kformer", help="TF Serving model name (default: %(default)s)")
+    export.add_argument("--version", type=int, default=1, help="TF Serving version directory (default: 1)")
+    export.add_argument("--beam", type=int, default=1, help="beam size the artifacts decode with (default: 1)")
+    export.set_defaults(run=_export)
+
     walkthrough = commands.add_parser(
         "walkthrough", help="print the seeds' worked examples, computed by kformer's layers"
     )
@@ -216,13 +240,14 @@ def build_parser():
 
 def main(argv=None):
     from kformer.data import DataError
+    from kformer.export import ExportError
     from kformer.model_dir import ModelDirectoryError
 
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         args.run(args)
-    except (DataError, ModelDirectoryError) as error:
+    except (DataError, ModelDirectoryError, ExportError) as error:
         print(f"kformer {args.command}: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -4,6 +4,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def learning_curves(history, path):
@@ -18,6 +19,7 @@ def learning_curves(history, path):
         if f"val_{metric}" in history:
             axis.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
         axis.set_xlabel("epoch")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_title(label)
         axis.grid(alpha=0.3)
         axis.legend()
@@ -93,7 +95,7 @@ def attention_heatmaps(trained, sentence, path=None):
                 axis.set_yticks(range(len(rows)), rows, fontsize=8)
                 axis.set_title(f"{kind}, layer {layer + 1}, head {head + 1}", fontsize=8)
     figure.suptitle(f'"{sentence}" -> "{translation}"')
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / figure.get_figheight()))  # room for the title
     if path is not None:
         figure.savefig(path, dpi=90)
     return figure

@@ -18,7 +18,7 @@ from kformer import plots
 from kformer.data import DataError, make_dataset
 from kformer.model import build_decoder_only, build_transformer
 from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, TrainedModel, write_atomically
-from kformer.text import END_ID, START_ID, Tokenizer, build_vocabulary
+from kformer.text import Tokenizer, build_vocabulary
 from kformer.training import TimeBudget, compile_for_training, fit_across_workers, make_strategy, perplexity
 from kformer.translator import Translator
 
@@ -56,6 +56,18 @@ class TrainingConfig:
             name: getattr(self, name)
             for name in ("d_model", "num_heads", "num_layers", "d_ff", "dropout", "norm_first", "tie_embeddings")
         }
+
+
+def _compile(model, config):
+    compile_for_training(
+        model,
+        config.d_model,
+        config.label_smoothing,
+        config.warmup_steps,
+        config.learning_rate_scale,
+        config.clipnorm,
+        config.jit_compile,
+    )
 
 
 def _vocabulary(path, sentences, size, verbose):
@@ -176,15 +188,7 @@ def train_translator(splits, out, config=None, verbose=1):
     target = _vocabulary(out / TARGET_VOCAB_FILE, [t for _, t in train_pairs], config.target_vocab_size, verbose)
     with strategy.scope():
         model = build_transformer(source.vocab_size, target.vocab_size, **config.model_settings())
-        compile_for_training(
-            model,
-            config.d_model,
-            config.label_smoothing,
-            config.warmup_steps,
-            config.learning_rate_scale,
-            config.clipnorm,
-            config.jit_compile,
-        )
+        _compile(model, config)
     batches = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
     train = make_dataset(train_pairs, source, target, repeat=True, **batches)
     valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches) if valid_pairs else None
@@ -266,15 +270,7 @@ def train_language_model(lines, out, config=None, verbose=1):
     tokenizer = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose)
     with strategy.scope():
         model = build_decoder_only(tokenizer.vocab_size, **config.model_settings())
-        compile_for_training(
-            model,
-            config.d_model,
-            config.label_smoothing,
-            config.warmup_steps,
-            config.learning_rate_scale,
-            config.clipnorm,
-            config.jit_compile,
-        )
+        _compile(model, config)
     # A language model is a translator from nothing: reuse the pair pipeline
     # with an empty source and keep only the decoder side.
     pairs = [("", line) for line in lines]
@@ -287,15 +283,3 @@ def train_language_model(lines, out, config=None, verbose=1):
     text = json.dumps({"kind": "language_model", "max_length": config.max_length, "result": summary}, indent=2)
     write_atomically(out / "config.json", lambda p: Path(p).write_text(text + "\n", encoding="utf-8"))
     return model, tokenizer, summary
-
-
-def sample(model, tokenizer, max_length=20):
-    """Greedy text from a decoder-only model, starting from [START] (for a quick look)."""
-    tokens = [START_ID]
-    for _ in range(max_length):
-        logits = model(tf.constant([tokens]), training=False)
-        next_token = int(tf.argmax(logits[0, -1]))
-        if next_token == END_ID:
-            break
-        tokens.append(next_token)
-    return tokenizer.detokenize(tf.constant([tokens[1:]], tf.int32)).numpy()[0].decode()

@@ -56,3 +56,30 @@ TINY_BATCH = (
     np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]], dtype="int32"),
     np.array([[1, 5, 6, 0], [1, 9, 10, 11]], dtype="int32"),
 )
+
+
+VOCAB = ["[PAD]", "[UNK]", "[START]", "[END]"] + [chr(c) for c in range(ord("a"), ord("a") + 12)]
+
+
+def copy_task_model():
+    """A small model trained to copy sequences of letters "a".."l": its outputs are known."""
+    import kformer
+    from kformer.text import END_ID, START_ID, Tokenizer
+    from kformer.training import compile_for_training
+
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    count = 12_000
+    lengths = rng.integers(2, 8, size=count)
+    source = np.zeros((count, 7), "int32")
+    for row, length in enumerate(lengths):
+        source[row, :length] = rng.integers(4, len(VOCAB), size=length)
+    decoder_tokens = np.concatenate([np.full((count, 1), START_ID, "int32"), source], 1)
+    labels = np.concatenate([source, np.zeros((count, 1), "int32")], 1)
+    labels[np.arange(count), lengths] = END_ID
+    model = kformer.build_transformer(
+        len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0
+    )
+    compile_for_training(model, 32, label_smoothing=0.0, warmup_steps=200)
+    model.fit([source, decoder_tokens], labels, batch_size=32, epochs=1, verbose=0)
+    return kformer.TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})

@@ -38,8 +38,11 @@ def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
     scores = json.loads(capsys.readouterr().out)
     assert {"bleu", "chrf", "exact_match", "n"} <= scores.keys() and scores["n"] == len(lines) * 2
 
-    assert main(["translate", "--model", str(out), "a i", "b j"]) == 0
+    assert main(["translate", "--model", str(out), "--beam", "3", "a i", "b j"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
+
+    assert main(["attention", "--model", str(out), "a i", "--out", str(tmp_path / "attention.png")]) == 0
+    assert (tmp_path / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_demo_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys):
@@ -62,3 +65,16 @@ def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, argv, messag
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_train_a_decoder_only_language_model_on_plain_text(tmp_path, capsys):
+    text = tmp_path / "corpus.txt"
+    text.write_text(
+        "\n".join(f"the {a} sees the {b}" for a in ("cat", "dog", "bird") for b in ("tree", "house")) + "\n"
+    )
+    argv = f"train --task lm --data {text} --out {tmp_path / 'lm'} --epochs 1 --steps-per-epoch 3 --no-xla"
+    argv += " --d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 50 --warmup-steps 10"
+    assert main(argv.split()) == 0
+    assert "perplexity" in capsys.readouterr().out
+    config = json.loads((tmp_path / "lm" / "config.json").read_text())
+    assert config["kind"] == "language_model" and config["result"]["steps"] == 3

@@ -4,16 +4,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_fresh_python, to_numpy
+from conftest import VOCAB, copy_task_model, run_fresh_python, to_numpy
 
-from kformer import TrainedModel, Translator, build_transformer
+from kformer import Translator, build_transformer
 from kformer.decoding import _step_function, beam_search, decode, greedy_search
 from kformer.layers import make_padding_mask
-from kformer.text import END_ID, RESERVED_TOKENS, START_ID, Tokenizer
-from kformer.training import compile_for_training
-
-WORDS = [chr(c) for c in range(ord("a"), ord("a") + 12)]
-VOCAB = RESERVED_TOKENS + WORDS
+from kformer.text import END_ID, START_ID
 
 
 @pytest.fixture(scope="module")
@@ -24,20 +20,7 @@ def random_model():
 
 @pytest.fixture(scope="module")
 def trained():
-    """A small model trained to copy sequences of letters: its outputs are known."""
-    keras.utils.set_random_seed(0)
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(2, 8, size=12_000)
-    source = np.zeros((12_000, 7), "int32")
-    for row, length in enumerate(lengths):
-        source[row, :length] = rng.integers(4, len(VOCAB), size=length)
-    decoder_tokens = np.concatenate([np.full((12_000, 1), START_ID, "int32"), source], 1)
-    labels = np.concatenate([source, np.zeros((12_000, 1), "int32")], 1)
-    labels[np.arange(12_000), lengths] = END_ID
-    model = build_transformer(len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
-    compile_for_training(model, 32, label_smoothing=0.0, warmup_steps=200)
-    model.fit([source, decoder_tokens], labels, batch_size=32, epochs=1, verbose=0)
-    return TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})
+    return copy_task_model()
 
 
 def random_tokens(batch, length, seed=0):

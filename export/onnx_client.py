@@ -1,0 +1,41 @@
+"""Translate with ONNX Runtime: onnx/translate_ids.onnx of `kformer export`, no TensorFlow needed.
+
+    python export/onnx_client.py EXPORT_DIR "the black cat sleeps" ...
+
+ONNX has no string ops, so tokenization runs in plain Python (wordpiece.py) with
+the export's vocabulary files; the decoding loop runs inside the ONNX graph.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wordpiece import WordPiece, pad_batch  # noqa: E402
+
+
+def translate(export_dir, sentences):
+    export_dir = Path(export_dir)
+    max_length = json.loads((export_dir / "manifest.json").read_text())["max_length"]
+    source = WordPiece(export_dir / "source_vocab.txt")
+    target = WordPiece(export_dir / "target_vocab.txt")
+    tokens = np.array(pad_batch([source.tokenize(s) for s in sentences], max_length), dtype=np.int32)
+    session = onnxruntime.InferenceSession(str(export_dir / "onnx" / "translate_ids.onnx"))
+    (output,) = session.run(None, {session.get_inputs()[0].name: tokens})
+    return [target.detokenize(row) for row in output]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("export_dir")
+    parser.add_argument("sentences", nargs="+")
+    args = parser.parse_args()
+    print("\n".join(translate(args.export_dir, args.sentences)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Export: SavedModel, TFLite and ONNX artifacts, each proven equal to Keras in a fresh process."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO, copy_task_model, run_fresh_python, to_numpy
+
+from kformer import Translator
+from kformer.cli import main
+from kformer.decoding import decode
+from kformer.export import ExportError, export
+
+SENTENCES = ["a b c", "l k j i h", "d e f g", "b"]
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return copy_task_model()
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "deploy"
+    manifest = export(trained, out, quantize=("float16", "int8"), verbose=False)
+    return out, manifest
+
+
+@pytest.fixture(scope="module")
+def reference(trained, exported):
+    """What the Keras model gives on fixed inputs, saved for the fresh processes."""
+    out, _ = exported
+    tokens = np.array([[4, 5, 6, 0, 0], [15, 14, 13, 12, 11], [7, 8, 9, 10, 0], [5, 0, 0, 0, 0]], "int32")
+    decoder_tokens = np.array([[2, 4, 5, 6], [2, 15, 14, 13], [2, 7, 8, 9], [2, 5, 0, 0]], "int32")
+    ids = to_numpy(decode(trained.model, tokens, max_length=12))
+    logits = to_numpy(trained.model([tokens, decoder_tokens]))
+    directory = out.parent
+    for name, array in [("tokens", tokens), ("decoder_tokens", decoder_tokens), ("ids", ids), ("logits", logits)]:
+        np.save(directory / f"{name}.npy", array)
+    return directory
+
+
+def test_layout_and_manifest(exported):
+    out, manifest = exported
+    expected = {
+        "source_vocab.txt",
+        "target_vocab.txt",
+        "serving/models.config",
+        "serving/request.json",
+        "serving/response.json",
+        "tflite/translate_ids.tflite",
+        "tflite/translate_ids_float16.tflite",
+        "tflite/translate_ids_int8.tflite",
+        "tflite/forward.tflite",
+        "tflite/translate.tflite",
+        "onnx/translate_ids.onnx",
+        "onnx/forward.onnx",
+        "saved_model/",
+    }
+    assert expected <= set(manifest["files"])
+    assert (out / "saved_model" / "kformer" / "1" / "saved_model.pb").is_file()
+    assert json.loads((out / "manifest.json").read_text()) == manifest
+    assert not list(out.parent.glob(".deploy.partial-*"))
+
+
+def test_saved_model_cli_lists_both_signatures(exported):
+    out, _ = exported
+    cli = shutil.which("saved_model_cli") or pytest.fail("saved_model_cli is not on PATH")
+    shown = subprocess.run(
+        [cli, "show", "--all", "--dir", str(out / "saved_model" / "kformer" / "1")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "signature_def['serving_default']" in shown and "signature_def['translate_ids']" in shown
+
+
+def test_saved_model_runs_with_only_tensorflow_and_tensorflow_text(exported, reference):
+    out, _ = exported
+    run_fresh_python(
+        f"""
+        import sys, numpy as np, tensorflow as tf, tensorflow_text
+        loaded = tf.saved_model.load("{out}/saved_model/kformer/1")
+        assert "kformer" not in sys.modules
+        ids = loaded.signatures["translate_ids"](encoder_tokens=tf.constant(np.load("tokens.npy")))["output_tokens"]
+        np.testing.assert_array_equal(ids.numpy(), np.load("ids.npy"))
+        texts = loaded.signatures["serving_default"](texts=tf.constant(["a b c", ""]))["translations"].numpy()
+        assert [t.decode() for t in texts] == ["a b c", ""], texts
+        """,
+        cwd=reference,
+    )
+
+
+def test_the_rest_request_replays_to_its_response(exported):
+    out, _ = exported
+    result = subprocess.run(
+        [sys.executable, str(REPO / "export" / "serving_client.py"), str(out)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    response = json.loads((out / "serving" / "response.json").read_text())
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == response
+    assert "model_config_list" in (out / "serving" / "models.config").read_text()
+
+
+def test_tflite_holds_builtin_ops_only_and_matches_keras(exported, reference):
+    out, _ = exported
+    run_fresh_python(
+        f"""
+        import numpy as np
+        from ai_edge_litert.interpreter import Interpreter
+        for name in ["translate_ids", "forward", "translate_ids_float16", "translate_ids_int8"]:
+            interpreter = Interpreter(model_path="{out}/tflite/" + name + ".tflite")
+            ops = {{op["op_name"] for op in interpreter._get_ops_details()}}
+            assert not any(o.startswith("Flex") or o == "CUSTOM" for o in ops), (name, ops)
+        run = lambda name, **inputs: next(iter(
+            Interpreter(model_path="{out}/tflite/" + name + ".tflite").get_signature_runner()(**inputs).values()))
+        tokens = np.load("tokens.npy")
+        np.testing.assert_array_equal(run("translate_ids", encoder_tokens=tokens), np.load("ids.npy"))
+        logits = run("forward", encoder_tokens=tokens, decoder_tokens=np.load("decoder_tokens.npy"))
+        np.testing.assert_allclose(logits, np.load("logits.npy"), atol=1e-4)
+        for variant in ["translate_ids_float16", "translate_ids_int8"]:
+            agreement = (run(variant, encoder_tokens=tokens) == np.load("ids.npy")).mean()
+            assert agreement > 0.9, (variant, agreement)
+        """,
+        cwd=reference,
+    )
+
+
+def test_onnx_matches_keras(exported, reference):
+    out, _ = exported
+    run_fresh_python(
+        f"""
+        import numpy as np, onnxruntime
+        def run(name, **inputs):
+            session = onnxruntime.InferenceSession("{out}/onnx/" + name + ".onnx")
+            assert session.get_modelmeta() is not None
+            return session.run(None, {{i.name: inputs[i.name.split(":")[0]] for i in session.get_inputs()}})[0]
+        tokens = np.load("tokens.npy")
+        np.testing.assert_array_equal(run("translate_ids", encoder_tokens=tokens), np.load("ids.npy"))
+        logits = run("forward", encoder_tokens=tokens, decoder_tokens=np.load("decoder_tokens.npy"))
+        np.testing.assert_allclose(logits, np.load("logits.npy"), atol=1e-4)
+        """,
+        cwd=reference,
+    )
+
+
+@pytest.mark.parametrize(
+    "client, extra", [("tflite_client.py", []), ("tflite_client.py", ["--strings"]), ("onnx_client.py", [])]
+)
+def test_deployment_clients_translate_like_keras(trained, exported, client, extra):
+    out, _ = exported
+    expected = Translator(trained).translate(SENTENCES)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "export" / client), str(out), *extra, *SENTENCES], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == expected
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(formats=("saved_model", "pdf")), "unknown format 'pdf'"),
+        (dict(quantize=("int4",)), "unknown quantization 'int4'"),
+        (dict(formats=("onnx",), quantize=("int8",)), "--quantize applies to TFLite"),
+    ],
+)
+def test_bad_requests_are_refused_before_any_work(trained, tmp_path, kwargs, message):
+    with pytest.raises(ExportError, match=message):
+        export(trained, tmp_path / "out", verbose=False, **kwargs)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unwritable_or_occupied_destinations(trained, tmp_path):
+    with pytest.raises(ExportError, match="does not exist"):
+        export(trained, tmp_path / "missing" / "out", verbose=False)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(ExportError, match="already exists and is not empty"):
+        export(trained, tmp_path / "full", verbose=False)
+
+
+def test_a_failed_export_leaves_nothing_that_looks_complete(trained, tmp_path, monkeypatch):
+    import kformer.export
+
+    def broken(*args):
+        raise ExportError("ONNX conversion of translate_ids failed: simulated")
+
+    monkeypatch.setattr(kformer.export, "_onnx", broken)
+    with pytest.raises(ExportError, match="simulated"):
+        export(trained, tmp_path / "out", formats=("saved_model", "onnx"), verbose=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_names_a_missing_model_directory(tmp_path, capsys):
+    assert main(["export", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
+    assert "no such model directory" in capsys.readouterr().err
+    assert tf.io.gfile.listdir(str(tmp_path)) == []

@@ -1,0 +1,34 @@
+"""Pictures: the attention maps behind the heatmaps, and the learning curves."""
+
+import numpy as np
+
+from kformer import TrainedModel, build_transformer, plots
+from kformer.text import RESERVED_TOKENS, Tokenizer
+
+VOCAB = RESERVED_TOKENS + ["the", "black", "cat", "sleeps", "el", "gato", "negro", "duerme"]
+
+
+def test_attention_maps_cover_every_layer_and_head_and_are_distributions():
+    model = build_transformer(len(VOCAB), len(VOCAB), d_model=16, num_heads=2, num_layers=3, d_ff=32)
+    trained = TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 6})
+    source, target, translation, maps = plots.attention_weights(trained, "the black cat sleeps")
+    assert source == ["the", "black", "cat", "sleeps"]
+    assert isinstance(translation, str) and 1 <= len(target) <= 6
+    shapes = {
+        "encoder self-attention": (2, 4, 4),
+        "decoder self-attention": (2, len(target), len(target)),
+        "cross-attention": (2, len(target), 4),
+    }
+    for kind, shape in shapes.items():
+        assert len(maps[kind]) == 3
+        for weights in maps[kind]:
+            assert weights.shape == shape
+            np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    for weights in maps["decoder self-attention"]:
+        np.testing.assert_array_equal(np.triu(weights, k=1), 0.0)  # causal
+
+
+def test_learning_curves_are_a_png(tmp_path):
+    history = {"loss": [3.0, 2.0, 1.5], "val_loss": [2.8, 2.1, 1.9], "accuracy": [0.2, 0.5, 0.6]}
+    plots.learning_curves(history, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
