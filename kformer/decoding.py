@@ -51,6 +51,23 @@ def _gather_rows(structure, rows):
     return tf.nest.map_structure(lambda x: tf.gather(x, rows), structure)
 
 
+def _reorder_beams(state, parent):
+    """Each surviving beam takes its parent's cache.
+
+    Cross-attention keys and values ("context_*") are the same for every beam
+    of a sentence, and parents are always beams of the same sentence, so only
+    the self-attention caches move.
+    """
+    if isinstance(state, dict):
+        return {
+            name: value if name.startswith("context_") else _reorder_beams(value, parent)
+            for name, value in state.items()
+        }
+    if isinstance(state, (list, tuple)):
+        return type(state)(_reorder_beams(value, parent) for value in state)
+    return tf.gather(state, parent)
+
+
 def greedy_search(step, state, start_done, max_length):
     """Picks the most likely token at every step until each row has produced [END].
 
@@ -102,7 +119,8 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
         top_scores, top = tf.math.top_k(candidates, k=beam_size)  # (B, beam)
         parent = tf.reshape(top // vocab + tf.expand_dims(tf.range(batch) * beam_size, 1), [-1])  # (B * beam,)
         next_token = tf.reshape(top % vocab, [-1])
-        tokens, lengths, finished, state = _gather_rows((tokens, lengths, finished, state), parent)
+        tokens, lengths, finished = _gather_rows((tokens, lengths, finished), parent)
+        state = _reorder_beams(state, parent)
         lengths += tf.cast(~finished, tf.int32)
         tokens = _write_column(tokens, t + 1, next_token)
         finished |= tf.equal(next_token, END_ID)
