@@ -1,0 +1,110 @@
+"""Deployment artifacts side by side: sizes, speed and the quality cost of quantization.
+
+Exports a trained model directory (all formats, float16 and int8 TFLite variants), then
+in one run measures per-sentence latency at batch 1 and throughput at batch 32 for the
+Keras model, the SavedModel, TFLite float32/float16/int8 and ONNX Runtime, all decoding
+greedily from the same token ids, and scores each TFLite variant's translations
+(exact match, lowercased BLEU) against float32's references on a test split.
+
+    python bench/export.py --model kformer-demo --data builtin
+    python bench/export.py --model /tmp/kformer-bench-train/kformer --data ../shared/corpora/spa-eng/spa-eng.zip
+"""
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+import kformer
+from kformer.export import export
+from kformer.recipes import score
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
+import onnxruntime  # noqa: E402
+from ai_edge_litert.interpreter import Interpreter  # noqa: E402
+from wordpiece import WordPiece, pad_batch  # noqa: E402
+
+
+def test_split(data):
+    from kformer.corpus import builtin_splits
+    from kformer.data import read_pairs, split_pairs
+
+    return builtin_splits()["test"] if data == "builtin" else split_pairs(read_pairs(data))["test"]
+
+
+def runners(trained, out):
+    translator = kformer.Translator(trained)
+    saved = tf.saved_model.load(str(out / "saved_model" / "kformer" / "1")).signatures["translate_ids"]
+    result = {
+        "Keras (Translator)": lambda ids: translator.translate_ids(ids).numpy(),
+        "SavedModel": lambda ids: saved(encoder_tokens=tf.constant(ids))["output_tokens"].numpy(),
+    }
+    for variant in ("", "_float16", "_int8"):
+        interpreter = Interpreter(model_path=str(out / "tflite" / f"translate_ids{variant}.tflite"))
+        runner = interpreter.get_signature_runner()
+        result[f"TFLite {variant[1:] or 'float32'}"] = lambda ids, r=runner: next(iter(r(encoder_tokens=ids).values()))
+    session = onnxruntime.InferenceSession(str(out / "onnx" / "translate_ids.onnx"))
+    name = session.get_inputs()[0].name
+    result["ONNX Runtime"] = lambda ids: session.run(None, {name: ids})[0]
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--data", default="builtin", help="'builtin' or a pair file whose test split to use")
+    parser.add_argument("--sentences", type=int, default=512, help="test sentences for the quality check")
+    args = parser.parse_args()
+    trained = kformer.load(args.model)
+    scratch = Path(tempfile.mkdtemp())
+    out = scratch / "deploy"
+    manifest = export(trained, out, quantize=("float16", "int8"))
+    sizes = {name: size for name, size in manifest["files"].items() if name.endswith((".tflite", ".onnx", "/"))}
+    print("\nartifact sizes:")
+    for name, size in sizes.items():
+        print(f"  {name:<40}{size / 1e6:>8.2f} MB")
+    float32 = sizes["tflite/translate_ids.tflite"]
+    print(f"  int8 / float32 TFLite: {sizes['tflite/translate_ids_int8.tflite'] / float32:.0%}")
+
+    test = test_split(args.data)[: args.sentences]
+    source = WordPiece(out / "source_vocab.txt")
+    target = WordPiece(out / "target_vocab.txt")
+    max_length = manifest["max_length"]
+    batches = [
+        np.array(pad_batch([source.tokenize(s) for s, _ in test[i : i + 32]], max_length), np.int32)
+        for i in range(0, len(test), 32)
+    ]
+    contenders = runners(trained, out)
+    print(f"\n{'runtime':<22}{'ms/sentence, batch 1':>22}{'sentences/s, batch 32':>23}")
+    translations = {}
+    for name, run in contenders.items():
+        run(batches[0][:1])  # warm up
+        started = time.perf_counter()
+        for row in batches[0][:16]:
+            run(row[None])
+        latency = (time.perf_counter() - started) / 16 * 1000
+        started = time.perf_counter()
+        outputs = [run(batch) for batch in batches]
+        throughput = len(test) / (time.perf_counter() - started)
+        translations[name] = [target.detokenize(row) for batch in outputs for row in batch]
+        print(f"{name:<22}{latency:>22.0f}{throughput:>23.1f}")
+    references = [t for _, t in test]
+    print(f"\nquality on {len(test)} test sentences ({args.data}), greedy:")
+    baseline = score(translations["TFLite float32"], references, lowercase=True)
+    for name in ("Keras (Translator)", "TFLite float32", "TFLite float16", "TFLite int8", "ONNX Runtime"):
+        result = score(translations[name], references, lowercase=True)
+        agree = np.mean([a == b for a, b in zip(translations[name], translations["TFLite float32"], strict=True)])
+        print(
+            f"  {name:<20} BLEU {result['bleu']:6.2f} ({result['bleu'] - baseline['bleu']:+.2f})  "
+            f"exact {result['exact_match']:6.2f}%  same output as float32: {agree:.1%}"
+        )
+    shutil.rmtree(scratch)
+
+
+if __name__ == "__main__":
+    main()
