@@ -58,6 +58,8 @@ def _demo(args):
         f"{len(splits['test']):,} compositional test pairs (adjective-noun pairs never seen in training)."
     )
     trained = train_translator(splits, args.out, _config(args, minutes=args.minutes, **DEMO_CONFIG), args.verbose)
+    result = trained.config["result"]
+    print(f"Trained {result['steps']:,} steps in {result['seconds']:.0f} s.")
     _print_scores("held-out test", evaluate(trained, splits["test"]))
     translator = Translator(trained)
     for sentence, translation in zip(SEED_SENTENCES, translator.translate(SEED_SENTENCES), strict=True):
@@ -191,7 +193,7 @@ def build_parser():
 
     demo = commands.add_parser("demo", help="train a translator on the built-in corpus (about 3 minutes on 2 cores)")
     demo.add_argument("--out", default="kformer-demo", help="model directory to write (default: %(default)s)")
-    demo.add_argument("--minutes", type=float, default=2.0, help="training budget (default: %(default)s)")
+    demo.add_argument("--minutes", type=float, default=2.6, help="training budget (default: %(default)s)")
     demo.set_defaults(run=_demo)
 
     train = commands.add_parser("train", help="train on a file of sentence pairs (or 'builtin')")
