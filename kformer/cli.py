@@ -84,22 +84,17 @@ def _train(args):
 
 
 def _evaluate(args):
+    from kformer.data import read_pairs
     from kformer.model_dir import load
     from kformer.recipes import evaluate
 
     trained = load(args.model)
-    pairs = _load_pairs(args.data)["test"] if args.data == "builtin" else _read_eval_pairs(args.data)
+    pairs = _load_pairs(args.data)["test"] if args.data == "builtin" else read_pairs(args.data)
     scores = evaluate(trained, pairs, lowercase=args.lowercase)
     if args.json:
         print(json.dumps(scores))
     else:
         _print_scores(args.data, scores)
-
-
-def _read_eval_pairs(path):
-    from kformer.data import read_pairs
-
-    return read_pairs(path)
 
 
 def _translate(args):

@@ -31,9 +31,8 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from kformer.decoding import decode
 from kformer.model_dir import TrainedModel, load
-from kformer.translator import EXTRA_OUTPUT_TOKENS, Translator
+from kformer.translator import Translator, padded_tokens
 
 FORMATS = ("saved_model", "tflite", "onnx")
 QUANTIZATIONS = ("float16", "int8")
@@ -88,23 +87,19 @@ class _Endpoints(tf.Module):
         return {"logits": self.model([encoder_tokens, decoder_tokens], training=False)}
 
 
-def _tflite_text_endpoint(trained, max_length):
+def _tflite_text_endpoint(translator):
     """Strings in, strings out with only ops that TFLite builtins or tensorflow-text's TFLite kernels run.
 
     Unlike `Translator.__call__` it does no NFC normalisation and no spacing
     rules (TFLite has no regex): pieces come back joined by spaces, and the
     client applies the spacing rules (see export/tflite_client.py).
     """
-    source, target, model = trained.source_tokenizer, trained.target_tokenizer, trained.model
+    source, target = translator.source_tokenizer, translator.target_tokenizer
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def translate(texts):
-        encoder_tokens = source._wordpiece.tokenize(texts).to_tensor()[:, :max_length]  # (B, S)
-        encoder_tokens = tf.pad(encoder_tokens, [[0, 0], [0, tf.maximum(1 - tf.shape(encoder_tokens)[1], 0)]])
-        length = tf.minimum(tf.shape(encoder_tokens)[1] + EXTRA_OUTPUT_TOKENS, max_length)
-        output = decode(model, encoder_tokens, length)  # (B, T)
-        keep = output > 3  # drop [PAD], [UNK] shown as is below, [START], [END]
-        keep = tf.logical_or(keep, tf.equal(output, 1))
+        output = translator.translate_ids(padded_tokens(source._wordpiece.tokenize(texts)))  # (B, T)
+        keep = tf.logical_or(output > 3, tf.equal(output, 1))  # drop [PAD], [START], [END]; show [UNK]
         pieces = tf.RaggedTensor.from_row_lengths(
             tf.boolean_mask(output, keep), tf.reduce_sum(tf.cast(keep, tf.int64), axis=1), validate=False
         )
@@ -122,7 +117,7 @@ def _keras_archive(trained, path, endpoints, include_text):
     if include_text:
         archive.track(trained.source_tokenizer)
         archive.track(trained.target_tokenizer)
-        archive.add_endpoint("translate", _tflite_text_endpoint(trained, endpoints.translator.max_length))
+        archive.add_endpoint("translate", _tflite_text_endpoint(endpoints.translator))
     archive.write_out(str(path), verbose=False)
 
 
@@ -246,7 +241,7 @@ def export(model, out, formats=FORMATS, quantize=(), name="kformer", version=1, 
             "files": {
                 str(path.relative_to(staging)): path.stat().st_size
                 for path in sorted(staging.rglob("*"))
-                if path.is_file() and "saved_model" not in path.parts[len(staging.parts) :][:1]
+                if path.is_file() and path.relative_to(staging).parts[0] != "saved_model"
             },
         }
         if "saved_model" in formats:

@@ -41,6 +41,12 @@ def write_atomically(path, write):
         raise
 
 
+def write_json(path, data):
+    """Writes `data` as indented JSON, atomically."""
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    write_atomically(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
+
+
 @dataclass
 class TrainedModel:
     """A translation model with its tokenizers and settings, as saved in a model directory."""
@@ -60,8 +66,7 @@ class TrainedModel:
         write_atomically(directory / MODEL_FILE, self.model.save)
         write_atomically(directory / SOURCE_VOCAB_FILE, self.source_tokenizer.save)
         write_atomically(directory / TARGET_VOCAB_FILE, self.target_tokenizer.save)
-        text = json.dumps(self.config, indent=2, sort_keys=True) + "\n"
-        write_atomically(directory / CONFIG_FILE, lambda p: Path(p).write_text(text, encoding="utf-8"))
+        write_json(directory / CONFIG_FILE, self.config)
 
 
 def _embedding_rows(model, layer_name):

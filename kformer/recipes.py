@@ -4,7 +4,6 @@ The CLI is a thin layer over these; notebooks and scripts call them directly.
 """
 
 import dataclasses
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -17,7 +16,15 @@ import tensorflow as tf
 from kformer import plots
 from kformer.data import DataError, make_dataset
 from kformer.model import build_decoder_only, build_transformer
-from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, TrainedModel, write_atomically
+from kformer.model_dir import (
+    CONFIG_FILE,
+    MODEL_FILE,
+    SOURCE_VOCAB_FILE,
+    TARGET_VOCAB_FILE,
+    TrainedModel,
+    write_atomically,
+    write_json,
+)
 from kformer.text import Tokenizer, build_vocabulary
 from kformer.training import TimeBudget, compile_for_training, fit_across_workers, make_strategy, perplexity
 from kformer.translator import Translator
@@ -108,17 +115,21 @@ def _callbacks(out, config, validation, budget):
     return callbacks
 
 
+def _epochs(config):
+    """The epochs asked for; with only a time budget, more than the budget allows; else 10."""
+    return config.epochs or (10_000 if config.minutes else 10)
+
+
 def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
     """model.fit under the epoch count or the wall-clock budget; returns (history, summary)."""
     if config.strategy == "multiworker":
         return _fit_across_workers(model, train, steps_per_epoch, config, verbose)
     budget = TimeBudget(config.minutes) if config.minutes else None
-    epochs = config.epochs or (10_000 if config.minutes else 10)
     started = time.perf_counter()
     history = model.fit(
         train,
         validation_data=valid,
-        epochs=epochs,
+        epochs=_epochs(config),
         steps_per_epoch=steps_per_epoch,
         callbacks=_callbacks(out, config, valid is not None, budget),
         shuffle=False,  # the dataset shuffles itself
@@ -141,7 +152,7 @@ def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
 def _fit_across_workers(model, train, steps_per_epoch, config, verbose):
     strategy = model.distribute_strategy
     started = time.perf_counter()
-    steps = steps_per_epoch * (config.epochs or (10_000 if config.minutes else 10))
+    steps = steps_per_epoch * _epochs(config)
     seconds = config.minutes * 60 if config.minutes else None
     history = fit_across_workers(model, train, steps, strategy, seconds, log_every=steps_per_epoch, verbose=verbose)
     summary = {
@@ -216,9 +227,8 @@ def score(hypotheses, references, lowercase=False):
     """sacreBLEU BLEU and chrF, and exact match, of hypotheses against one reference each."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references.")
-    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True))
-    if lowercase:
-        exact = sum(h.lower() == r.lower() for h, r in zip(hypotheses, references, strict=True))
+    same = (lambda h, r: h.lower() == r.lower()) if lowercase else (lambda h, r: h == r)
+    exact = sum(same(h, r) for h, r in zip(hypotheses, references, strict=True))
     return {
         "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score, 2),
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
@@ -258,9 +268,8 @@ def read_lines(path):
 def train_language_model(lines, out, config=None, verbose=1):
     """Trains the decoder-only model on lines of text with the same recipe.
 
-    Each line becomes [START] + tokens -> tokens + [END]; the result, like a
-    translator's, is a model directory (its source vocabulary is the same as
-    its target vocabulary). Returns (model, tokenizer, summary).
+    Each line becomes [START] + tokens -> tokens + [END]. Writes model.keras,
+    target_vocab.txt and config.json under `out`. Returns (model, tokenizer, summary).
     """
     config = config or TrainingConfig()
     out = Path(out)
@@ -279,7 +288,7 @@ def train_language_model(lines, out, config=None, verbose=1):
     steps_per_epoch = config.steps_per_epoch or math.ceil(len(lines) / config.batch_size)
     _, summary = _fit(model, dataset, None, steps_per_epoch, out, config, verbose)
     summary["perplexity"] = round(perplexity(summary.get("loss", 50.0)), 2)
-    write_atomically(out / "model.keras", model.save)
-    text = json.dumps({"kind": "language_model", "max_length": config.max_length, "result": summary}, indent=2)
-    write_atomically(out / "config.json", lambda p: Path(p).write_text(text + "\n", encoding="utf-8"))
+    if _is_chief(strategy):
+        write_atomically(out / MODEL_FILE, model.save)
+        write_json(out / CONFIG_FILE, {"kind": "language_model", "max_length": config.max_length, "result": summary})
     return model, tokenizer, summary

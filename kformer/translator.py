@@ -15,6 +15,15 @@ from kformer.model_dir import TrainedModel, load
 EXTRA_OUTPUT_TOKENS = 50
 
 
+def padded_tokens(token_ids):
+    """Ragged ids `(B, None)` -> int32 `(B, S)` padded with 0, at least one column wide.
+
+    The extra column lets a batch of empty strings still decode (to empty output).
+    """
+    encoder_tokens = token_ids.to_tensor(default_value=0)  # (B, S)
+    return tf.pad(encoder_tokens, [[0, 0], [0, tf.maximum(1 - tf.shape(encoder_tokens)[1], 0)]])
+
+
 class Translator(tf.Module):
     """Translates batches of sentences with a trained model.
 
@@ -53,10 +62,7 @@ class Translator(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def __call__(self, texts):
         """tf.string `(B,)` -> translations tf.string `(B,)`; empty input gives empty output."""
-        source_ids = self.source_tokenizer.tokenize(texts)[:, : self.max_length]
-        encoder_tokens = source_ids.to_tensor(default_value=0)  # (B, S)
-        # At least one column, so a batch of empty strings still has a shape to decode.
-        encoder_tokens = tf.pad(encoder_tokens, [[0, 0], [0, tf.maximum(1 - tf.shape(encoder_tokens)[1], 0)]])
+        encoder_tokens = padded_tokens(self.source_tokenizer.tokenize(texts))
         return self.target_tokenizer.detokenize(self.translate_ids(encoder_tokens))
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
