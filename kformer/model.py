@@ -11,7 +11,7 @@ keras.Model; decoding calls the two apart (the encoder once per source).
 import keras
 from keras import ops
 
-from kformer.layers import PositionalEmbedding, TransformerBlock, make_padding_mask
+from kformer.layers import Dropout, PositionalEmbedding, TransformerBlock, make_padding_mask
 
 
 class _Stack(keras.layers.Layer):
@@ -39,7 +39,7 @@ class _Stack(keras.layers.Layer):
         self.dropout = dropout
         self.norm_first = norm_first
         self.embedding = PositionalEmbedding(vocab_size, d_model, name="embedding")
-        self.embedding_dropout = keras.layers.Dropout(dropout)
+        self.embedding_dropout = Dropout(dropout)
         self.blocks = [
             TransformerBlock(
                 d_model,

@@ -3,6 +3,7 @@
 from kformer.layers.attention import combine_masks, make_causal_mask, make_padding_mask, scaled_dot_product_attention
 from kformer.layers.causal_mask import CausalMask
 from kformer.layers.cross_attention import CrossAttention
+from kformer.layers.dropout import Dropout
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.multi_head_self_attention import MultiHeadSelfAttention
 from kformer.layers.positional_embedding import PositionalEmbedding, sinusoidal_encoding
@@ -11,6 +12,7 @@ from kformer.layers.transformer_block import TransformerBlock
 __all__ = [
     "CausalMask",
     "CrossAttention",
+    "Dropout",
     "FeedForward",
     "MultiHeadSelfAttention",
     "PositionalEmbedding",

@@ -1,5 +1,6 @@
 import keras
 
+from kformer.layers.dropout import Dropout
 from kformer.layers.validation import check_positive_int
 
 
@@ -41,7 +42,7 @@ class FeedForward(keras.layers.Layer):
         self.activation = activation
         self.supports_masking = True
         self.hidden = keras.layers.Dense(d_ff, activation=activation, name="hidden")
-        self.hidden_dropout = keras.layers.Dropout(dropout)
+        self.hidden_dropout = Dropout(dropout)
         self.projection = keras.layers.Dense(d_model, name="projection")
 
     def build(self, x_shape):

@@ -3,6 +3,7 @@ from keras import ops
 
 from kformer.layers.attention import key_padding_mask
 from kformer.layers.cross_attention import CrossAttention
+from kformer.layers.dropout import Dropout
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.multi_head_self_attention import MultiHeadSelfAttention
 from kformer.layers.validation import check_positive_int
@@ -99,7 +100,7 @@ class TransformerBlock(keras.layers.Layer):
             )
         self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout, name="feed_forward")
         self.feed_forward_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="feed_forward_norm")
-        self.residual_dropout = keras.layers.Dropout(dropout)
+        self.residual_dropout = Dropout(dropout)
 
     def build(self, x_shape, context_shape=None):
         if self.cross_attention and context_shape is None:

@@ -1,0 +1,52 @@
+import keras
+import tensorflow as tf
+from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+
+_LEVELS = 65536  # the mask compares 16 random bits per element with a threshold
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class Dropout(keras.layers.Dropout):
+    """`keras.layers.Dropout` with a fast mask when compiled by XLA.
+
+    The same layer as Keras' (zero each element with probability `rate` while
+    training, scale the rest so the expected value is unchanged), except for
+    where the random numbers come from inside an XLA computation
+    (`jit_compile=True`, kformer's default). There TensorFlow's default
+    stateless generator compiles to a slow expansion: drawing masks took 18%
+    of a training step of the benchmark model on a 2-core CPU. This layer asks
+    XLA's ThreeFry generator for 16 random bits per element instead of a
+    float32 each, which brought the masks' cost down to about 3% of a step
+    (`bench/RESULTS.md`). The rate is then rounded to a multiple of 1/65536
+    and the scale is the exact inverse of the resulting keep probability.
+    Outside XLA (eager, plain `tf.function`), where TensorFlow has no ThreeFry
+    kernel, it is exactly `keras.layers.Dropout`.
+
+    Args:
+        rate: the fraction of elements to zero, in [0, 1).
+        seed: optional int seed of the layer's random stream.
+
+    Call arguments:
+        inputs: a float tensor of any shape.
+        training: whether to drop (no-op otherwise).
+
+    Example:
+    >>> Dropout(0.5)(keras.ops.ones((2, 3)), training=False).shape
+    (2, 3)
+    """
+
+    def call(self, inputs, training=False):
+        compiled = GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+        if not (training and self.rate > 0 and compiled and self.noise_shape is None):
+            return super().call(inputs, training=training)
+        # Keras keeps its seed state in int64; XLA's generators take int32 seeds.
+        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max), tf.int32)
+        shape = tf.shape(inputs)
+        size = tf.reduce_prod(shape)
+        words = tf.random.stateless_uniform(
+            ((size + 1) // 2,), seed=seed, minval=None, maxval=None, dtype=tf.uint32, alg="threefry"
+        )  # 32 random bits per two elements
+        bits = tf.reshape(tf.reshape(tf.bitcast(words, tf.uint16), (-1,))[:size], shape)
+        threshold = min(round(self.rate * _LEVELS), _LEVELS - 1)  # drop where bits < threshold
+        kept = tf.cast(bits >= threshold, inputs.dtype)
+        return inputs * kept * tf.cast(_LEVELS / (_LEVELS - threshold), inputs.dtype)

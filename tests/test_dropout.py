@@ -1,0 +1,48 @@
+"""kformer's Dropout: Keras' Dropout outside XLA, a correct mask inside it."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kformer.layers import Dropout
+
+
+def compiled_dropout(layer, shape):
+    """The layer applied to ones under jit_compile, as a training step would."""
+    return tf.function(lambda x: layer(x, training=True), jit_compile=True)(tf.ones(shape))
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_mask_under_xla_drops_the_rate_and_keeps_the_mean(rate):
+    layer = Dropout(rate, seed=1)
+    output = compiled_dropout(layer, (64, 41, 127)).numpy()  # odd size: the last 16 bits go unused
+    dropped = output == 0
+    assert abs(dropped.mean() - rate) < 0.005
+    np.testing.assert_allclose(output[~dropped], 1 / (1 - rate), rtol=1e-3)
+    assert abs(output.mean() - 1.0) < 0.01
+
+
+def test_masks_under_xla_differ_between_calls_and_positions():
+    layer = Dropout(0.5, seed=1)
+    step = tf.function(lambda x: layer(x, training=True), jit_compile=True)
+    first, second = (step(tf.ones((256, 256))).numpy() == 0 for _ in range(2))
+    assert 0.4 < (first != second).mean() < 0.6  # independent masks disagree half the time
+    assert not (first == first[:1]).all()  # rows are not copies of one another
+    assert not (first == first[:, :1]).all()
+
+
+def test_is_keras_dropout_outside_xla():
+    x = tf.random.normal((8, 16))
+    ours, theirs = Dropout(0.3, seed=7), keras.layers.Dropout(0.3, seed=7)
+    np.testing.assert_array_equal(ours(x, training=True), theirs(x, training=True))
+    eager_graph = tf.function(lambda x: ours(x, training=True))  # plain tf.function, no XLA
+    assert 0.15 < (eager_graph(tf.ones((64, 64))).numpy() == 0).mean() < 0.45
+
+
+def test_identity_when_not_training_and_under_xla():
+    x = tf.random.normal((4, 5, 6))
+    layer = Dropout(0.5)
+    np.testing.assert_array_equal(layer(x, training=False), x)
+    inference = tf.function(lambda x: layer(x, training=False), jit_compile=True)
+    np.testing.assert_array_equal(inference(x), x)
