@@ -19,12 +19,13 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
     """Cross-entropy over token ids with label smoothing, ignoring padding.
 
     With smoothing e over V classes the target distribution is
-    q = (1 - e) * one_hot(y) + e / V, so
+    q = (1 - e) * one_hot(y) + e / V, and with logits z
 
-        loss = (1 - e) * -log p(y) + e * mean_v(-log p(v)),
+        loss = -sum_v q_v log softmax(z)_v = logsumexp(z) - sum_v q_v z_v,
 
-    computed from log-softmax without building a one-hot of the vocabulary.
-    The result is the mean over non-padding tokens (label != 0).
+    whose gradient is softmax(z) - q. Written this way, XLA fuses the one-hot
+    into the sum (it is never stored) and the gradient into one pass over the
+    logits. The result is the mean over non-padding tokens (label != 0).
 
     Args:
         label_smoothing: e, in [0, 1).
@@ -38,11 +39,10 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         labels = ops.cast(y_true, "int32")  # (B, T)
-        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)  # (B, T, V)
-        true_log_prob = ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1)[..., 0]  # (B, T)
-        per_token = -(1.0 - self.label_smoothing) * true_log_prob
-        if self.label_smoothing:
-            per_token -= self.label_smoothing * ops.mean(log_probs, axis=-1)
+        logits = ops.cast(y_pred, "float32")  # (B, T, V)
+        vocab_size = logits.shape[-1]
+        target = ops.one_hot(labels, vocab_size) * (1.0 - self.label_smoothing) + self.label_smoothing / vocab_size
+        per_token = ops.logsumexp(logits, axis=-1) - ops.sum(target * logits, axis=-1)  # (B, T)
         not_padding = ops.cast(ops.not_equal(labels, PAD_ID), "float32")
         # Per-token terms that sum (reduction="sum") to the mean over real
         # tokens; Keras may multiply by the logits' padding mask too, which
