@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from kformer.layers.attention import scaled_dot_product_attention
+from kformer.layers.dropout import Dropout
 from kformer.layers.validation import check_float, check_positive_int, check_rank
 
 
@@ -49,7 +50,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         self.dropout = dropout
         self.use_bias = use_bias
         self.supports_masking = True
-        self.attention_dropout = keras.layers.Dropout(dropout)
+        self.attention_dropout = Dropout(dropout)
 
     def _build_projections(self, x_shape, context_shape):
         check_rank("x", x_shape, 3)
@@ -79,9 +80,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         new token (self-attention) and keeps them in a cache.
         """
         check_float("context", context)
-        key = self._add_bias(ops.einsum("bsd,dhk->bshk", context, self.key_kernel), self.key_bias)
-        value = self._add_bias(ops.einsum("bsd,dhk->bshk", context, self.value_kernel), self.value_bias)
-        return ops.transpose(key, (0, 2, 1, 3)), ops.transpose(value, (0, 2, 1, 3))  # (B, H, S, K) each
+        return self._project(context, "key", "value")
 
     def attend(self, x, key, value, attention_mask=None, training=None):
         """Queries from `x` `(B, T, D)` over given keys and values `(B, H, S, K)`.
@@ -93,8 +92,33 @@ class MultiHeadAttentionBase(keras.layers.Layer):
             `(output (B, T, D), weights (B, H, T, S))`.
         """
         check_float("x", x)
-        query = self._add_bias(ops.einsum("btd,dhk->bthk", x, self.query_kernel), self.query_bias)
-        query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, K)
+        (query,) = self._project(x, "query")
+        return self._mix(query, key, value, attention_mask, training)
+
+    def _attend(self, x, context, attention_mask, training):
+        """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask."""
+        check_float("x", x)
+        if context is x:  # self-attention: Q, K and V in one matmul
+            query, key, value = self._project(x, "query", "key", "value")
+        else:
+            (query,), (key, value) = self._project(x, "query"), self.project_keys_values(context)
+        return self._mix(query, key, value, attention_mask, training)
+
+    def _project(self, x, *names):
+        """`x` `(B, T, D_in)` through the named projections: one `(B, H, T, K)` tensor each.
+
+        The projections run as one matmul against their kernels side by side
+        (faster than one small matmul each); the weights stay separate.
+        """
+        kernel = ops.concatenate([getattr(self, f"{name}_kernel") for name in names], axis=1)  # (D_in, n*H, K)
+        projected = ops.einsum("btd,dhk->bthk", x, kernel)  # (B, T, n*H, K)
+        if self.use_bias:
+            projected += ops.concatenate([getattr(self, f"{name}_bias") for name in names], axis=0)
+        projected = ops.transpose(projected, (0, 2, 1, 3))  # (B, n*H, T, K)
+        return ops.split(projected, len(names), axis=1)  # n x (B, H, T, K)
+
+    def _mix(self, query, key, value, attention_mask, training):
+        """softmax(Q K^T / sqrt(d_k)) V per head, then W_O: `(output (B, T, D), weights (B, H, T, S))`."""
         if attention_mask is not None:
             attention_mask = ops.expand_dims(attention_mask, 1)  # (B, 1, T, S): every head
         heads, weights = scaled_dot_product_attention(
@@ -106,12 +130,6 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         )  # (B, H, T, K), (B, H, T, S)
         output = ops.einsum("bhtk,hkd->btd", heads, self.output_kernel)  # (B, T, D)
         return self._add_bias(output, self.output_bias), weights
-
-    def _attend(self, x, context, attention_mask, training):
-        """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask."""
-        check_float("x", x)
-        key, value = self.project_keys_values(context)
-        return self.attend(x, key, value, attention_mask, training)
 
     @staticmethod
     def _add_bias(x, bias):
