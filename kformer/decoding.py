@@ -7,14 +7,20 @@ step re-runs the decoder over the whole prefix. Here:
 
 - the encoder runs once per source, and each decoder layer's cross-attention
   keys and values are computed from it once;
-- each decoder layer keeps a cache of its self-attention keys and values, so
-  a step computes only the newest position (`use_cache=True`);
-- the loop is a `tf.while_loop` over fixed-shape buffers `(B, max_length + 1)`
-  written by one-hot blends: no Python loop per token, no retracing per
-  length, and it saves into a SavedModel and converts to TFLite and ONNX.
+- each decoder layer keeps a cache of its self-attention keys and values,
+  one position longer after every step, so a step computes only the newest
+  position (`use_cache=True`);
+- beam search keeps one copy of the source per sentence: a sentence's beams
+  are extra queries of its cross-attention, not extra copies of its source;
+- the loop is a `tf.while_loop` over a fixed-shape token buffer
+  `(B, max_length + 1)` written by one-hot selects, and caches that grow by
+  concatenation: no Python loop per token, no retracing per length, and it
+  saves into a SavedModel and converts to TFLite and ONNX.
 
 Greedy search and beam search share one step function, cached or not.
 """
+
+import math
 
 import tensorflow as tf
 
@@ -25,20 +31,27 @@ _NEG_INF = -1e9
 
 
 def _write_column(tokens, column, values):
-    """tokens[:, column] = values, as a one-hot blend (converts to every runtime)."""
+    """tokens[:, column] = values, as a one-hot select (converts to every runtime)."""
     at_column = tf.equal(tf.range(tf.shape(tokens)[1]), column)  # (L,)
     return tf.where(tf.expand_dims(at_column, 0), tf.expand_dims(values, 1), tokens)
 
 
-def _step_function(decoder, context, source_padding_mask, length, use_cache):
-    """(step, initial_state): step(tokens, t, state) -> (logits of token t + 1 (B, V), state)."""
+def _step_function(decoder, context, source_padding_mask, beam_size, use_cache):
+    """(step, initial_state): step(tokens, t, state) -> (logits of token t + 1 (B * beam, V), state).
+
+    `context` and `source_padding_mask` have one row per sentence; the step
+    takes `beam_size` rows of tokens per sentence (sentence-major).
+    """
     if use_cache:
 
         def cached_step(tokens, t, cache):
-            token = tf.gather(tokens, tf.reshape(t, [1]), axis=1)  # (B, 1): the token at position t
-            return decoder.decode_step(token, t, cache, source_padding_mask)
+            token = tf.gather(tokens, tf.reshape(t, [1]), axis=1)  # (B * beam, 1): the token at position t
+            return decoder.decode_step(token, cache, source_padding_mask)
 
-        return cached_step, decoder.initial_cache(tf.shape(context)[0], length, context)
+        return cached_step, decoder.initial_cache(tf.shape(context)[0] * beam_size, context)
+
+    if beam_size > 1:
+        context, source_padding_mask = (tf.repeat(x, beam_size, axis=0) for x in (context, source_padding_mask))
 
     def uncached_step(tokens, t, state):
         logits = decoder(tokens[:, : t + 1], context=context, context_padding_mask=source_padding_mask, training=False)
@@ -68,6 +81,37 @@ def _reorder_beams(state, parent):
     return tf.gather(state, parent)
 
 
+def _growing(state):
+    return tf.nest.map_structure(lambda x: tf.TensorShape([None] * x.shape.rank), state)
+
+
+def _top_logits(logits, k):
+    """`tf.math.top_k(logits, k)` in fewer passes over a large vocabulary, and each row's maximum.
+
+    The k largest logits of a row lie in the k blocks (of about sqrt(V) ids)
+    with the largest maxima, so one max-reduction and two small top-k's
+    replace a top-k over every id. Ties may come out in another order.
+
+    Returns:
+        `(values (R, k), ids (R, k), row maxima (R,))`.
+    """
+    rows, vocab = tf.shape(logits)[0], logits.shape[-1]
+    block = math.ceil(math.sqrt(vocab))
+    blocks = math.ceil(vocab / block)
+    if blocks < k:
+        values, ids = tf.math.top_k(logits, k)
+        return values, ids, tf.reduce_max(logits, axis=1)
+    if blocks * block > vocab:  # pad the last block with logits that never win
+        logits = tf.pad(logits, [[0, 0], [0, blocks * block - vocab]], constant_values=_NEG_INF)
+    blocked = tf.reshape(logits, [rows, blocks, block])
+    block_max = tf.reduce_max(blocked, axis=2)  # (R, blocks)
+    _, best_blocks = tf.math.top_k(block_max, k)  # (R, k)
+    candidates = tf.reshape(tf.gather(blocked, best_blocks, batch_dims=1), [rows, k * block])
+    values, within = tf.math.top_k(candidates, k)  # (R, k): indices into the candidates
+    ids = tf.gather(best_blocks, within // block, batch_dims=1) * block + within % block
+    return values, ids, tf.reduce_max(block_max, axis=1)
+
+
 def greedy_search(step, state, start_done, max_length):
     """Picks the most likely token at every step until each row has produced [END].
 
@@ -86,6 +130,7 @@ def greedy_search(step, state, start_done, max_length):
         lambda t, tokens, done, state: (t < max_length) & ~tf.reduce_all(done),
         body,
         (tf.constant(0), tokens, start_done, state),
+        shape_invariants=(tf.TensorShape([]), tokens.shape, start_done.shape, _growing(state)),
     )
     return tokens[:, 1:]
 
@@ -109,16 +154,25 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
     scores = tf.tile(tf.concat([[0.0], tf.fill([beam_size - 1], _NEG_INF)], axis=0), [batch])  # (B * beam,)
     lengths = tf.zeros([rows], tf.int32)
 
+    # A finished beam has one continuation, [PAD], at no cost.
+    finished_log_probs = tf.concat([[0.0], tf.fill([beam_size - 1], _NEG_INF)], axis=0)  # (beam,)
+
     def body(t, tokens, scores, lengths, finished, state):
         logits, state = step(tokens, t, state)
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # (B * beam, V)
-        vocab = tf.shape(log_probs)[1]
-        pad_only = tf.where(tf.equal(tf.range(vocab), PAD_ID), 0.0, _NEG_INF)  # (V,)
-        log_probs = tf.where(tf.expand_dims(finished, 1), tf.expand_dims(pad_only, 0), log_probs)
-        candidates = tf.reshape(tf.expand_dims(scores, 1) + log_probs, [batch, beam_size * vocab])
-        top_scores, top = tf.math.top_k(candidates, k=beam_size)  # (B, beam)
-        parent = tf.reshape(top // vocab + tf.expand_dims(tf.range(batch) * beam_size, 1), [-1])  # (B * beam,)
-        next_token = tf.reshape(top % vocab, [-1])
+        logits = tf.cast(logits, tf.float32)  # (B * beam, V)
+        # A sentence's best beam_size continuations are among the best
+        # beam_size tokens of each of its beams: rank beam_size^2 candidates,
+        # not beam_size * V, and normalise only those.
+        top_logits, top_tokens, row_max = _top_logits(logits, beam_size)  # (B * beam, beam) x 2, (B * beam,)
+        log_normaliser = row_max + tf.math.log(tf.reduce_sum(tf.exp(logits - tf.expand_dims(row_max, 1)), axis=1))
+        log_probs = tf.where(
+            tf.expand_dims(finished, 1), finished_log_probs, top_logits - tf.expand_dims(log_normaliser, 1)
+        )
+        top_tokens = tf.where(tf.expand_dims(finished, 1), PAD_ID, top_tokens)
+        candidates = tf.reshape(tf.expand_dims(scores, 1) + log_probs, [batch, beam_size * beam_size])
+        top_scores, top = tf.math.top_k(candidates, k=beam_size)  # (B, beam): indices into the candidates
+        parent = tf.reshape(top // beam_size + tf.expand_dims(tf.range(batch) * beam_size, 1), [-1])  # (B * beam,)
+        next_token = tf.reshape(tf.gather(tf.reshape(top_tokens, [batch, -1]), top, batch_dims=1), [-1])
         tokens, lengths, finished = _gather_rows((tokens, lengths, finished), parent)
         state = _reorder_beams(state, parent)
         lengths += tf.cast(~finished, tf.int32)
@@ -130,6 +184,14 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
         lambda t, tokens, scores, lengths, finished, state: (t < max_length) & ~tf.reduce_all(finished),
         body,
         (tf.constant(0), tokens, scores, lengths, start_done, state),
+        shape_invariants=(
+            tf.TensorShape([]),
+            tokens.shape,
+            scores.shape,
+            lengths.shape,
+            start_done.shape,
+            _growing(state),
+        ),
     )
     penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
     best = tf.argmax(tf.reshape(scores / penalty, [batch, beam_size]), axis=1, output_type=tf.int32)  # (B,)
@@ -157,11 +219,7 @@ def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, u
     source_padding_mask = make_padding_mask(encoder_tokens)  # (B, S)
     empty = ~tf.reduce_any(source_padding_mask, axis=1)  # (B,)
     context = encoder(encoder_tokens, training=False)  # (B, S, D)
+    step, state = _step_function(decoder, context, source_padding_mask, beam_size, use_cache)
     if beam_size > 1:
-        context, source_padding_mask, empty = (
-            tf.repeat(x, beam_size, axis=0) for x in (context, source_padding_mask, empty)
-        )
-    step, state = _step_function(decoder, context, source_padding_mask, max_length + 1, use_cache)
-    if beam_size > 1:
-        return beam_search(step, state, empty, max_length, beam_size, length_penalty)
+        return beam_search(step, state, tf.repeat(empty, beam_size), max_length, beam_size, length_penalty)
     return greedy_search(step, state, empty, max_length)

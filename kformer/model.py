@@ -164,37 +164,42 @@ class Decoder(_Stack):
         x = self._run_stack(decoder_tokens, context, context_padding_mask, training)  # (B, T, D)
         return self.logits(x)
 
-    def initial_cache(self, batch_size, length, context=None):
-        """An empty KV cache for `length` positions: one dict per block.
+    def initial_cache(self, batch_size, context=None):
+        """An empty KV cache: one dict per block.
 
-        Self-attention keys and values start as zeros `(B, H, length, K)`;
-        cross-attention keys and values of `context` are computed here, once.
+        Self-attention keys and values start with no positions,
+        `(batch_size, H, 0, K)`, and grow by one per `decode_step`;
+        cross-attention keys and values of `context` `(B, S, D)` are computed
+        here, once per source (`batch_size` may be B times a beam size).
         """
         cache = []
         for block in self.blocks:
             attention = block.self_attention
-            zeros = ops.zeros((batch_size, attention.num_heads, length, attention.head_dim), self.compute_dtype)
-            entry = {"key": zeros, "value": zeros}
+            empty = ops.zeros((batch_size, attention.num_heads, 0, attention.head_dim), self.compute_dtype)
+            entry = {"key": empty, "value": empty}
             if self.cross_attention:
                 entry.update(block.cross_attention_cache(context))
             cache.append(entry)
         return cache
 
-    def decode_step(self, token, index, cache, context_padding_mask=None):
+    def decode_step(self, token, cache, context_padding_mask=None):
         """The logits for the token after `token`, using and extending the cache.
 
         Args:
-            token: int32 `(B, 1)`, the token at position `index`.
-            index: scalar int tensor.
-            cache: from `initial_cache`, holding positions < index.
+            token: int32 `(B, 1)`, the newest token; its position is the
+                number of positions the cache holds.
+            cache: from `initial_cache` or the previous `decode_step`.
+            context_padding_mask: optional bool, one row per sentence of the
+                cross-attention cache.
 
         Returns:
             `(logits (B, V) float32, cache)`.
         """
+        index = ops.shape(cache[0]["key"])[2]  # positions so far
         x = self.embedding(token, start_position=index)  # (B, 1, D)
         new_cache = []
         for block, block_cache in zip(self.blocks, cache, strict=True):
-            x, block_cache = block.decode_step(x, index, block_cache, context_padding_mask)
+            x, block_cache = block.decode_step(x, block_cache, context_padding_mask)
             new_cache.append(block_cache)
         if self.final_norm is not None:
             x = self.final_norm(x)

@@ -7,9 +7,13 @@ import tensorflow as tf
 from conftest import VOCAB, copy_task_model, run_fresh_python, to_numpy
 
 from kformer import Translator, build_transformer
-from kformer.decoding import _step_function, beam_search, decode, greedy_search
+from kformer.decoding import _step_function, _top_logits, beam_search, decode, greedy_search
 from kformer.layers import make_padding_mask
 from kformer.text import END_ID, START_ID
+
+# Stepping the cache eagerly, the first position attends over one key; Keras
+# warns about any softmax over an axis of size 1 (correct here: weight 1).
+pytestmark = pytest.mark.filterwarnings("ignore:You are using a softmax over axis -1")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +52,7 @@ def test_cached_step_logits_equal_the_full_decoder(random_model):
     mask = make_padding_mask(source)
     context = encoder(source)
     full = to_numpy(decoder(target, context=context, context_padding_mask=mask))
-    step, cache = _step_function(decoder, context, mask, length=7, use_cache=True)
+    step, cache = _step_function(decoder, context, mask, 1, use_cache=True)
     for t in range(7):
         logits, cache = step(tf.constant(target), tf.constant(t), cache)
         np.testing.assert_allclose(to_numpy(logits), full[:, t], atol=1e-4)
@@ -60,9 +64,9 @@ def test_beam_of_one_is_greedy(random_model):
     mask = make_padding_mask(source)
     context = encoder(source)
     done = tf.zeros([3], tf.bool)
-    step, state = _step_function(decoder, context, mask, 11, use_cache=True)
+    step, state = _step_function(decoder, context, mask, 1, use_cache=True)
     greedy = greedy_search(step, state, done, 10)
-    step, state = _step_function(decoder, context, mask, 11, use_cache=True)
+    step, state = _step_function(decoder, context, mask, 1, use_cache=True)
     beam = beam_search(step, state, done, 10, beam_size=1, length_penalty=0.6)
     np.testing.assert_array_equal(to_numpy(beam), to_numpy(greedy))
 
@@ -87,6 +91,65 @@ def test_beam_search_finds_a_sequence_at_least_as_likely_as_greedy(random_model)
     greedy = decode(random_model, tokens, max_length=8)
     beam = decode(random_model, tokens, max_length=8, beam_size=5, length_penalty=0.0)
     assert (log_prob(beam) >= log_prob(greedy) - 1e-4).all()
+
+
+@pytest.mark.parametrize("vocab, k", [(8000, 4), (6961, 5), (17, 2), (10, 4), (3, 3)])
+def test_top_logits_equal_top_k(vocab, k):
+    logits = tf.random.stateless_normal((7, vocab), seed=[vocab, k])
+    values, ids, row_max = _top_logits(logits, k)
+    expected_values, expected_ids = tf.math.top_k(logits, k)
+    np.testing.assert_array_equal(to_numpy(values), to_numpy(expected_values))
+    np.testing.assert_array_equal(to_numpy(ids), to_numpy(expected_ids))
+    np.testing.assert_array_equal(to_numpy(row_max), to_numpy(tf.reduce_max(logits, axis=1)))
+
+
+def reference_beam_search(table, batch, max_length, beam_size, length_penalty):
+    """Beam search as its definition reads, in NumPy: rank all beam_size * V continuations.
+
+    The "model" is a bigram table: the logits after token a are table[a].
+    """
+    vocab = table.shape[1]
+    log_table = table - np.log(np.exp(table).sum(1, keepdims=True))  # log-softmax per row
+    rows = batch * beam_size
+    tokens = np.zeros((rows, max_length + 1), np.int64)
+    tokens[:, 0] = START_ID
+    scores = np.tile([0.0] + [-1e9] * (beam_size - 1), batch)
+    lengths, finished = np.zeros(rows, np.int64), np.zeros(rows, bool)
+    for t in range(max_length):
+        if finished.all():
+            break
+        log_probs = log_table[tokens[:, t]]  # (rows, V)
+        log_probs[finished] = np.where(np.arange(vocab) == 0, 0.0, -1e9)  # finished: [PAD] only, free
+        candidates = (scores[:, None] + log_probs).reshape(batch, beam_size * vocab)
+        top = np.argsort(-candidates, axis=1, kind="stable")[:, :beam_size]  # (B, beam)
+        parent = (top // vocab + np.arange(batch)[:, None] * beam_size).reshape(-1)
+        token = (top % vocab).reshape(-1)
+        scores = np.take_along_axis(candidates, top, 1).reshape(-1)
+        tokens, lengths, finished = tokens[parent], lengths[parent], finished[parent]
+        lengths += ~finished
+        tokens[:, t + 1] = token
+        finished |= token == END_ID
+    penalty = ((5.0 + lengths) / 6.0) ** length_penalty
+    best = np.argmax((scores / penalty).reshape(batch, beam_size), axis=1) + np.arange(batch) * beam_size
+    return tokens[best, 1:]
+
+
+@pytest.mark.parametrize("beam_size, length_penalty", [(2, 0.0), (4, 0.6), (5, 1.0)])
+def test_beam_search_equals_the_reference_search(beam_size, length_penalty):
+    vocab, batch, max_length = 12, 6, 9
+    rng = np.random.default_rng(beam_size)
+    table = rng.normal(0, 2, size=(vocab, vocab))
+    table[:, END_ID] += rng.normal(0, 1.5, size=vocab)  # sentences end at different steps
+    table[:, :END_ID] = -30.0  # the reserved ids 0-2 are never likely
+    logits_table = tf.constant(table, tf.float32)
+
+    def step(tokens, t, state):
+        return tf.gather(logits_table, tf.gather(tokens, t, axis=1)), state
+
+    done = tf.zeros([batch * beam_size], tf.bool)
+    ours = beam_search(step, (), done, max_length, beam_size, length_penalty)
+    expected = reference_beam_search(table, batch, max_length, beam_size, length_penalty)
+    np.testing.assert_array_equal(to_numpy(ours), expected)
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])

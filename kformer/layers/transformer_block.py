@@ -155,40 +155,44 @@ class TransformerBlock(keras.layers.Layer):
         key, value = self.cross_attention_layer.project_keys_values(context)  # (B, H, S, K) each
         return {"context_key": key, "context_value": value}
 
-    def decode_step(self, x, index, cache, context_padding_mask=None):
+    def decode_step(self, x, cache, context_padding_mask=None):
         """Runs the newest position through the block, reading and extending a KV cache.
 
         The same sub-layers and residual wiring as `call`, but the
         self-attention keys and values of earlier positions come from `cache`
         instead of being recomputed: one position in, one position out.
 
+        Rows of `x` may be several beams per sentence (sentence-major, the
+        same number for every sentence) while the cross-attention cache and
+        `context_padding_mask` hold one row per sentence: a sentence's beams
+        then attend to its source together, as extra query positions.
+
         Args:
-            x: `(B, 1, D)`, the input at position `index`.
-            index: scalar int tensor, the position of `x`.
-            cache: {"key", "value"}: `(B, H, L, K)` self-attention keys and
-                values of positions < index (zeros beyond), and for a block
-                with cross-attention the `cross_attention_cache(context)` entries.
+            x: `(B * beams, 1, D)`, the input at the newest position.
+            cache: {"key", "value"}: `(B * beams, H, P, K)` self-attention keys
+                and values of the P earlier positions, and for a block with
+                cross-attention the `cross_attention_cache(context)` entries
+                `(B, H, S, K)`.
             context_padding_mask: optional bool `(B, S)`, True at real source tokens.
 
         Returns:
-            `(output (B, 1, D), cache)` with position `index` written into
-            "key" and "value".
+            `(output (B * beams, 1, D), cache)` with the newest position's keys
+            and values appended: `(B * beams, H, P + 1, K)`.
         """
         cache = dict(cache)
-        length = ops.shape(cache["key"])[2]
-        at_index = ops.reshape(ops.one_hot(index, length, dtype=x.dtype), (1, 1, -1, 1))  # (1, 1, L, 1)
-        visible = ops.reshape(ops.less_equal(ops.arange(length), index), (1, 1, -1))  # (1, 1, L): keys <= index
 
         def cached_self_attention(h):
-            key, value = self.self_attention.project_keys_values(h)  # (B, H, 1, K) each
-            # Write position `index` by a one-hot blend: converts to TFLite and ONNX builtins.
-            cache["key"] = cache["key"] * (1 - at_index) + key * at_index
-            cache["value"] = cache["value"] * (1 - at_index) + value * at_index
-            return self.self_attention.attend(h, cache["key"], cache["value"], visible)[0]
+            key, value = self.self_attention.project_keys_values(h)  # (B * beams, H, 1, K) each
+            cache["key"] = ops.concatenate([cache["key"], key], axis=2)  # (B * beams, H, P + 1, K)
+            cache["value"] = ops.concatenate([cache["value"], value], axis=2)
+            return self.self_attention.attend(h, cache["key"], cache["value"])[0]  # every cached key is visible
 
         def cached_cross_attention(h):
-            source = None if context_padding_mask is None else key_padding_mask(context_padding_mask)
-            return self.cross_attention_layer.attend(h, cache["context_key"], cache["context_value"], source)[0]
+            source = None if context_padding_mask is None else key_padding_mask(context_padding_mask)  # (B, 1, S)
+            sentences = ops.shape(cache["context_key"])[0]
+            queries = ops.reshape(h, (sentences, -1, self.d_model))  # (B, beams, D)
+            output = self.cross_attention_layer.attend(queries, cache["context_key"], cache["context_value"], source)
+            return ops.reshape(output[0], ops.shape(h))  # (B * beams, 1, D)
 
         x = self._residual(x, self.self_attention_norm, False, cached_self_attention)
         if self.cross_attention:
