@@ -1,6 +1,8 @@
 """Scaled dot-product attention, self- and cross-attention: masks, invariances,
 and equality with keras.layers.MultiHeadAttention given the same weights."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -82,6 +84,17 @@ def test_fully_masked_row_gives_zeros_not_nan():
     np.testing.assert_array_equal(weights[0, 1], 0.0)
     np.testing.assert_array_equal(output[0, 1], 0.0)
     np.testing.assert_allclose(weights[0, 0].sum(), 1.0, atol=1e-6)
+
+
+def test_a_single_key_takes_all_the_weight_unless_masked():
+    value = random_normal(2, 1, 5)
+    mask = np.array([[[True], [True]], [[False], [False]]])  # the second sentence's one key is padding
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "softmax over an axis of size 1" warning
+        output, weights = scaled_dot_product_attention(random_normal(2, 2, 4), random_normal(2, 1, 4), value, mask)
+    np.testing.assert_array_equal(to_numpy(weights)[:, :, 0], [[1.0, 1.0], [0.0, 0.0]])
+    np.testing.assert_allclose(to_numpy(output)[0], np.repeat(value[0], 2, axis=0))
+    np.testing.assert_array_equal(to_numpy(output)[1], 0.0)
 
 
 def test_mask_is_applied_before_the_softmax():

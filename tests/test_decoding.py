@@ -11,10 +11,6 @@ from kformer.decoding import _step_function, _top_logits, beam_search, decode, g
 from kformer.layers import make_padding_mask
 from kformer.text import END_ID, START_ID
 
-# Stepping the cache eagerly, the first position attends over one key; Keras
-# warns about any softmax over an axis of size 1 (correct here: weight 1).
-pytestmark = pytest.mark.filterwarnings("ignore:You are using a softmax over axis -1")
-
 
 @pytest.fixture(scope="module")
 def random_model():

@@ -87,7 +87,10 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
     if mask is not None:
         mask = ops.cast(mask, "bool")
         scores = ops.where(mask, scores, _MASKED_SCORE)
-    weights = ops.softmax(scores, axis=-1)
+    if scores.shape[-1] == 1:  # one key takes all the weight (Keras warns on a softmax over one element)
+        weights = ops.ones_like(scores)
+    else:
+        weights = ops.softmax(scores, axis=-1)
     if mask is not None:
         # A fully masked row softmaxes to uniform over masked keys; zero it.
         row_has_key = ops.any(mask, axis=-1, keepdims=True)
