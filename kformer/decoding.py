@@ -82,6 +82,7 @@ def _reorder_beams(state, parent):
 
 
 def _growing(state):
+    """Shape invariants for a loop state whose tensors may change shape (the growing caches)."""
     return tf.nest.map_structure(lambda x: tf.TensorShape([None] * x.shape.rank), state)
 
 
@@ -149,13 +150,11 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
     rows = tf.shape(start_done)[0]
     batch = rows // beam_size
     tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, max_length], PAD_ID)], axis=1)
+    first_only = tf.concat([[0.0], tf.fill([beam_size - 1], _NEG_INF)], axis=0)  # (beam,)
     # Only the first beam of each sentence is alive at the start, so the
     # first step does not pick the same token beam_size times.
-    scores = tf.tile(tf.concat([[0.0], tf.fill([beam_size - 1], _NEG_INF)], axis=0), [batch])  # (B * beam,)
+    scores = tf.tile(first_only, [batch])  # (B * beam,)
     lengths = tf.zeros([rows], tf.int32)
-
-    # A finished beam has one continuation, [PAD], at no cost.
-    finished_log_probs = tf.concat([[0.0], tf.fill([beam_size - 1], _NEG_INF)], axis=0)  # (beam,)
 
     def body(t, tokens, scores, lengths, finished, state):
         logits, state = step(tokens, t, state)
@@ -165,10 +164,10 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
         # not beam_size * V, and normalise only those.
         top_logits, top_tokens, row_max = _top_logits(logits, beam_size)  # (B * beam, beam) x 2, (B * beam,)
         log_normaliser = row_max + tf.math.log(tf.reduce_sum(tf.exp(logits - tf.expand_dims(row_max, 1)), axis=1))
-        log_probs = tf.where(
-            tf.expand_dims(finished, 1), finished_log_probs, top_logits - tf.expand_dims(log_normaliser, 1)
-        )
-        top_tokens = tf.where(tf.expand_dims(finished, 1), PAD_ID, top_tokens)
+        # A finished beam has one continuation, [PAD], at no cost.
+        finished_rows = tf.expand_dims(finished, 1)  # (B * beam, 1)
+        log_probs = tf.where(finished_rows, first_only, top_logits - tf.expand_dims(log_normaliser, 1))
+        top_tokens = tf.where(finished_rows, PAD_ID, top_tokens)
         candidates = tf.reshape(tf.expand_dims(scores, 1) + log_probs, [batch, beam_size * beam_size])
         top_scores, top = tf.math.top_k(candidates, k=beam_size)  # (B, beam): indices into the candidates
         parent = tf.reshape(top // beam_size + tf.expand_dims(tf.range(batch) * beam_size, 1), [-1])  # (B * beam,)
