@@ -285,3 +285,43 @@ def builtin_splits(seed=0, train_size=20_000, valid_size=500, test_size=1_000):
         if len(splits[name]) < sizes[name]:
             splits[name].append((english, spanish))
     return splits
+
+
+def role_swap_pairs(count=200, seed=0, exclude=()):
+    """Sentences whose subject and object trade places: the same words, another meaning.
+
+    "the dog sees a cat" -> "el perro ve a un gato" and "a cat sees the dog"
+    -> "un gato ve al perro" use exactly the same English words, so a model
+    that cannot see word order must give both the same translation, and so
+    gets at most one of the two right. Subject and object are animate and
+    agree in number (the verb form is the same in both orders), and no
+    sentence holds a held-out adjective-noun pair.
+
+    Args:
+        count: how many swapped pairs to make.
+        exclude: English sentences to leave out (a training split, say).
+
+    Returns:
+        A list of 2 * count (english, spanish) pairs: each sentence followed
+        by its swapped twin.
+    """
+    rng = random.Random(f"role-swap-{seed}")
+    held_out = held_out_pairs(seed)
+    taken = set(exclude)
+    pairs = []
+    while len(pairs) < 2 * count:
+        first, second = _noun_phrase(rng, ANIMATE), _noun_phrase(rng, ANIMATE)
+        if first.plural != second.plural or first.noun == second.noun:
+            continue
+        if any(p.adjective and (p.adjective.english, p.noun.english) in held_out for p in (first, second)):
+            continue
+        english_verb, spanish_verb = _verb(rng.choice(TRANSITIVE), first)
+        twins = [
+            (f"{a.english} {english_verb} {b.english}", f"{a.spanish} {spanish_verb} {_after('a', b)}")
+            for a, b in ((first, second), (second, first))
+        ]
+        if any(english in taken for english, _ in twins):
+            continue
+        taken.update(english for english, _ in twins)
+        pairs += twins
+    return pairs

@@ -1,6 +1,12 @@
 """The seeds' pieces of the Transformer, one layer per file."""
 
-from kformer.layers.attention import combine_masks, make_causal_mask, make_padding_mask, scaled_dot_product_attention
+from kformer.layers.attention import (
+    attention_scores,
+    combine_masks,
+    make_causal_mask,
+    make_padding_mask,
+    scaled_dot_product_attention,
+)
 from kformer.layers.causal_mask import CausalMask
 from kformer.layers.cross_attention import CrossAttention
 from kformer.layers.dropout import Dropout
@@ -10,6 +16,7 @@ from kformer.layers.positional_embedding import PositionalEmbedding, sinusoidal_
 from kformer.layers.transformer_block import TransformerBlock
 
 __all__ = [
+    "attention_scores",
     "CausalMask",
     "CrossAttention",
     "Dropout",

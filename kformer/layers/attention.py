@@ -56,7 +56,26 @@ def combine_masks(*masks):
     return combined
 
 
-def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
+def attention_scores(query, key, scale=None):
+    """The raw attention scores Q K^T, scaled: every query against every key.
+
+    Args:
+        query: `(..., T, K)`.
+        key: `(..., S, K)`.
+        scale: the factor applied to Q K^T; defaults to 1 / sqrt(d_k), the
+            paper's scaling. Seed 003's Part 2 uses plain dot products (1.0).
+
+    Returns:
+        float32 `(..., T, S)`.
+    """
+    d_k = ops.shape(query)[-1]
+    if not isinstance(d_k, int):
+        raise ValueError(f"attention needs a static last dimension for `query`, got shape {query.shape}.")
+    scores = ops.cast(ops.matmul(query, ops.swapaxes(key, -1, -2)), "float32")  # (..., T, S)
+    return scores / math.sqrt(d_k) if scale is None else scores * scale
+
+
+def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, scale=None):
     """softmax(Q K^T / sqrt(d_k)) V over the last two axes.
 
     The softmax runs in float32 whatever the input dtype, so the masked score
@@ -72,18 +91,14 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
         dropout: optional callable (a `keras.layers.Dropout`) applied to the
             weights before they mix the values; the returned weights are the
             ones before dropout.
+        scale: the factor on Q K^T (see `attention_scores`); 1 / sqrt(d_k)
+            unless given.
 
     Returns:
         `(output, weights)`: output `(..., T, K_v)` in the dtype of `value`,
         weights `(..., T, S)` in float32, each unmasked row summing to 1.
     """
-    d_k = ops.shape(query)[-1]
-    if not isinstance(d_k, int):
-        raise ValueError(
-            f"scaled_dot_product_attention needs a static last dimension for `query`, got shape {query.shape}."
-        )
-    scores = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (..., T, S)
-    scores = ops.cast(scores, "float32") / math.sqrt(d_k)
+    scores = attention_scores(query, key, scale)  # (..., T, S)
     if mask is not None:
         mask = ops.cast(mask, "bool")
         scores = ops.where(mask, scores, _MASKED_SCORE)

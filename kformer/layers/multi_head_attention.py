@@ -73,6 +73,11 @@ class MultiHeadAttentionBase(keras.layers.Layer):
             bias = self.add_weight(name=f"{name}_bias", shape=out_shape, initializer="zeros")
         return kernel, bias
 
+    def project_queries(self, x):
+        """Queries of `x` `(B, T, D)`, `(B, H, T, K)`: x W_Q (+ bias), head by head."""
+        check_float("x", x)
+        return self._project(x, "query")[0]
+
     def project_keys_values(self, context):
         """Keys and values of `context` `(B, S, D_context)`, each `(B, H, S, K)`.
 
@@ -91,9 +96,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         Returns:
             `(output (B, T, D), weights (B, H, T, S))`.
         """
-        check_float("x", x)
-        (query,) = self._project(x, "query")
-        return self._mix(query, key, value, attention_mask, training)
+        return self._mix(self.project_queries(x), key, value, attention_mask, training)
 
     def _attend(self, x, context, attention_mask, training):
         """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask."""

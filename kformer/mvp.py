@@ -1,0 +1,240 @@
+"""Seed 003's build-up, stage by stage: eight models, each fixing one failure of the one before.
+
+    stage  adds                                              fixes
+    1      the average of the source embeddings -> linear    (a start: bag of words)
+    2      self-attention on raw dot products e_i . e_j      every word weighted alike
+    3      learned W_Q, W_K, W_V, scores / sqrt(d_k)         one vector in three roles
+    4      a decoder: causal self-attention, cross-attention  one token out, not a sentence
+    5      sinusoidal positional encodings                   word order is invisible
+    6      multi-head attention                              one attention pattern per token
+    7      residual connections, layer norm, feed-forward    no depth, no per-token processing
+    8      N stacked layers: `build_transformer`             one layer of each
+
+Stages 1-3 read the source and score the first target word, as seed 003's
+Parts 1-3 do: `encoder_tokens (B, S) -> logits (B, V)`. Stages 4-8 translate
+whole sentences: `(encoder_tokens (B, S), decoder_tokens (B, T)) -> logits
+(B, T, V)`, trained by teacher forcing and decoded one token at a time. Every
+model returns logits; the softmax of the seed's `p(y) = softmax(W c + b)` sits
+in the loss and in `first_tokens`. Stages 3-6 use bias-free projections, as
+the seed's equations do.
+
+Everything is built from kformer's own layers; only `DotProductSelfAttention`
+(stage 2, attention with no projections) is new here, and it calls the same
+attention core as every other layer.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from kformer.data import make_dataset
+from kformer.layers import (
+    CrossAttention,
+    MultiHeadSelfAttention,
+    PositionalEmbedding,
+    make_padding_mask,
+    scaled_dot_product_attention,
+)
+from kformer.layers.attention import key_padding_mask
+from kformer.model import build_transformer
+from kformer.text import END_ID, PAD_ID, START_ID
+from kformer.training import MaskedAccuracy, MaskedSparseCrossEntropy
+
+STAGES = {
+    1: "average of the source embeddings -> linear",
+    2: "self-attention on raw dot products, no projections",
+    3: "learned Q/K/V projections, scores scaled by 1/sqrt(d_k)",
+    4: "a decoder: causal self-attention, cross-attention",
+    5: "sinusoidal positional encodings",
+    6: "multi-head attention",
+    7: "residual connections, layer normalisation, feed-forward",
+    8: "N stacked layers: the full Transformer",
+}
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class DotProductSelfAttention(keras.layers.Layer):
+    """Seed 003's Part 2: self-attention with no projections and no scaling.
+
+        score_ij = e_i . e_j,   alpha_ij = softmax_j(score_ij),   z_i = sum_j alpha_ij e_j
+
+    Each token vector plays query, key and value at once. Masking: padded
+    positions (the Keras mask of `x`) are never attended to; the mask passes on.
+
+    Call arguments:
+        x: float tensor `(B, T, D)`.
+        return_attention_scores: also return the weights `(B, T, T)`.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, x, return_attention_scores=False, mask=None):
+        attention_mask = None if mask is None else key_padding_mask(mask)  # (B, 1, T)
+        z, weights = scaled_dot_product_attention(x, x, x, attention_mask, scale=1.0)  # (B, T, D), (B, T, T)
+        return (z, weights) if return_attention_scores else z
+
+
+def _first_word_model(stage, source_vocab_size, target_vocab_size, d_model):
+    """Stages 1-3: embed, (attend,) average the token vectors, score every target word."""
+    encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
+    x = keras.layers.Embedding(source_vocab_size, d_model, mask_zero=True, name="embedding")(encoder_tokens)
+    if stage == 2:
+        x = DotProductSelfAttention(name="attention")(x)
+    elif stage == 3:
+        x = MultiHeadSelfAttention(1, d_model, head_dim=d_model, use_bias=False, name="attention")(x)
+    context = keras.layers.GlobalAveragePooling1D(name="average")(x)  # (B, D): c = mean of the real tokens
+    logits = keras.layers.Dense(target_vocab_size, name="logits")(context)  # (B, V): W c + b
+    return keras.Model(encoder_tokens, logits, name=f"mvp_stage_{stage}")
+
+
+def _single_layer_seq2seq(stage, source_vocab_size, target_vocab_size, d_model, num_heads):
+    """Stages 4-6: one attention layer a side, with no residuals, norms or feed-forward."""
+    encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
+    decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+    source_padding_mask = make_padding_mask(encoder_tokens)  # (B, S)
+    target_padding_mask = make_padding_mask(decoder_tokens)  # (B, T)
+
+    def embed(vocab_size, name):
+        if stage >= 5:
+            return PositionalEmbedding(vocab_size, d_model, name=name)
+        return keras.layers.Embedding(vocab_size, d_model, mask_zero=True, name=name)
+
+    heads = num_heads if stage >= 6 else 1
+    attention = dict(num_heads=heads, d_model=d_model, use_bias=False)
+    source = embed(source_vocab_size, "source_embedding")(encoder_tokens)  # (B, S, D)
+    context = MultiHeadSelfAttention(**attention, name="encoder_attention")(
+        source, padding_mask=source_padding_mask
+    )  # (B, S, D)
+    x = embed(target_vocab_size, "target_embedding")(decoder_tokens)  # (B, T, D)
+    x = MultiHeadSelfAttention(**attention, causal=True, name="decoder_attention")(x, padding_mask=target_padding_mask)
+    x = CrossAttention(**attention, name="cross_attention")(x, context, context_padding_mask=source_padding_mask)
+    logits = keras.layers.Dense(target_vocab_size, name="logits")(x)  # (B, T, V)
+    return keras.Model([encoder_tokens, decoder_tokens], logits, name=f"mvp_stage_{stage}")
+
+
+def build_mvp(
+    stage,
+    source_vocab_size,
+    target_vocab_size,
+    d_model=64,
+    num_heads=4,
+    num_layers=2,
+    d_ff=None,
+    dropout=0.0,
+):
+    """The model of one stage of seed 003's build-up (see the module docstring).
+
+    Args:
+        stage: 1 to 8.
+        source_vocab_size, target_vocab_size: vocabulary sizes (id 0 = padding).
+        d_model: D, the width of every stage.
+        num_heads: H, heads from stage 6 on (stages 3-5 have one head of width D).
+        num_layers: N, the layers a side of stage 8 (stage 7 has one).
+        d_ff: the feed-forward width of stages 7-8; defaults to 4 * d_model.
+        dropout: the dropout rate of stages 7-8.
+
+    Returns:
+        A keras.Model. Stages 1-3: `encoder_tokens (B, S) -> logits (B, V)`
+        of the first target token. Stages 4-8: `[encoder_tokens (B, S),
+        decoder_tokens (B, T)] -> logits (B, T, V)`.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of 1-8, got stage={stage!r}.")
+    if stage <= 3:
+        return _first_word_model(stage, source_vocab_size, target_vocab_size, d_model)
+    if stage <= 6:
+        return _single_layer_seq2seq(stage, source_vocab_size, target_vocab_size, d_model, num_heads)
+    return build_transformer(
+        source_vocab_size,
+        target_vocab_size,
+        d_model=d_model,
+        num_heads=num_heads,
+        num_layers=1 if stage == 7 else num_layers,
+        d_ff=d_ff or 4 * d_model,
+        dropout=dropout,
+    )
+
+
+def reads_whole_target(model):
+    """True for stages 4-8 (encoder and decoder tokens in), False for stages 1-3."""
+    return len(model.inputs) == 2
+
+
+def compile_mvp(model, learning_rate=1e-3, jit_compile=False):
+    """The one recipe every stage trains with: Adam, cross-entropy over real tokens, token accuracy.
+
+    Stages 1-3 have one label per sentence (its first target token); the
+    same loss and metric read it as a one-token target.
+    """
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss=MaskedSparseCrossEntropy(label_smoothing=0.0),
+        metrics=[MaskedAccuracy()],
+        jit_compile=jit_compile,
+    )
+    return model
+
+
+def stage_dataset(model, pairs, source_tokenizer, target_tokenizer, **batching):
+    """`make_dataset`'s batches shaped for `model`: the first target token alone for stages 1-3.
+
+    Keyword arguments go to `kformer.data.make_dataset` (batch_size, max_length, shuffle, seed, ...).
+    """
+    dataset = make_dataset(pairs, source_tokenizer, target_tokenizer, **batching)
+    if reads_whole_target(model):
+        return dataset
+    return dataset.map(lambda inputs, labels: (inputs[0], labels[:, 0]))  # (B, S) -> the first word (B,)
+
+
+def _encoder_tokens(sentences, source_tokenizer, max_length):
+    return source_tokenizer.tokenize(list(sentences))[:, :max_length].to_tensor()  # (B, S)
+
+
+def greedy_decode(model, encoder_tokens, max_length):
+    """Decodes one token at a time, re-running the whole model on the prefix at every step.
+
+    This is the seed's inference, plain: no cache (`kformer.decoding` is the
+    fast path for trained Transformers). Works for any stage 4-8 model.
+
+    Args:
+        encoder_tokens: int32 `(B, S)`, 0 = padding.
+        max_length: the most tokens to generate.
+
+    Returns:
+        int32 numpy array `(B, T)`: each row's tokens, [END], then [PAD].
+    """
+    batch = ops.shape(encoder_tokens)[0]
+    tokens = np.full((batch, 1), START_ID, "int32")  # (B, 1)
+    done = np.zeros(batch, bool)
+    for _ in range(max_length):
+        logits = model([encoder_tokens, ops.convert_to_tensor(tokens)], training=False)  # (B, t, V)
+        token = np.argmax(ops.convert_to_numpy(logits[:, -1]), axis=-1).astype("int32")  # (B,)
+        token[done] = PAD_ID
+        done |= token == END_ID
+        tokens = np.concatenate([tokens, token[:, None]], axis=1)
+        if done.all():
+            break
+    return tokens[:, 1:]
+
+
+def translate(model, sentences, source_tokenizer, target_tokenizer, max_length=24):
+    """Translations of `sentences` (Python strings) by a stage 4-8 model, greedily."""
+    output = greedy_decode(model, _encoder_tokens(sentences, source_tokenizer, max_length), max_length)
+    return [text.decode() for text in target_tokenizer.detokenize(output).numpy()]
+
+
+def first_tokens(model, sentences, source_tokenizer, target_tokenizer, max_length=24):
+    """The most likely first target token of each sentence, as a string, for any stage.
+
+    Stages 1-3 score it directly; stages 4-8 take their first decoding step.
+    """
+    encoder_tokens = _encoder_tokens(sentences, source_tokenizer, max_length)
+    if reads_whole_target(model):
+        start = ops.full((len(sentences), 1), START_ID, "int32")
+        logits = model([encoder_tokens, start], training=False)[:, 0]  # (B, V)
+    else:
+        logits = model(encoder_tokens, training=False)  # (B, V)
+    ids = np.argmax(ops.convert_to_numpy(logits), axis=-1)
+    return [target_tokenizer.vocabulary[i] for i in ids]
