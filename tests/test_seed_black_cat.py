@@ -5,10 +5,13 @@ context vector, Part 2's unprojected and unscaled self-attention, and Part 3's
 query/key/value projections with scaled attention.
 """
 
+import keras
 import numpy as np
+import pytest
 from conftest import to_numpy
 
-from kformer import MultiHeadSelfAttention, scaled_dot_product_attention
+from kformer import MultiHeadSelfAttention, attention_scores, scaled_dot_product_attention
+from kformer.mvp import DotProductSelfAttention, build_mvp
 
 TOKENS = ["the", "black", "cat", "sleeps"]
 EMBEDDINGS = np.array(
@@ -53,44 +56,60 @@ def assert_two_decimals(actual, printed):
     np.testing.assert_allclose(to_numpy(actual), printed, rtol=0, atol=0.005 + 1e-6)
 
 
+@pytest.fixture
+def projected():
+    """One head, no bias, the seed's W_Q, W_K, W_V; W_O = identity so the output is z."""
+    layer = MultiHeadSelfAttention(num_heads=1, d_model=3, use_bias=False)
+    layer.build((1, 4, 3))
+    layer.set_weights([W_Q[:, None, :], W_K[:, None, :], W_V[:, None, :], np.eye(3, dtype="float32")[None]])
+    return layer
+
+
+def stage_1_average(embeddings):
+    """The context vector of `build_mvp(1)` holding the seed's embeddings (ids 1-4; 0 is padding)."""
+    model = build_mvp(1, source_vocab_size=5, target_vocab_size=2, d_model=3)
+    model.get_layer("embedding").set_weights([np.concatenate([np.zeros((1, 3), "float32"), embeddings])])
+    average = keras.Model(model.input, model.get_layer("average").output)
+    return lambda token_ids: to_numpy(average(np.array([token_ids], "int32")))[0]
+
+
 def test_part1_context_vector_ignores_word_order():
-    assert_two_decimals(EMBEDDINGS.mean(axis=0), PART1_CONTEXT)
-    reversed_sentence = EMBEDDINGS[::-1]  # "sleeps cat black the"
-    np.testing.assert_allclose(reversed_sentence.mean(axis=0), EMBEDDINGS.mean(axis=0), atol=1e-7)
+    average = stage_1_average(EMBEDDINGS)
+    assert_two_decimals(average([1, 2, 3, 4]), PART1_CONTEXT)
+    np.testing.assert_allclose(average([4, 3, 2, 1]), average([1, 2, 3, 4]), atol=1e-7)  # "sleeps cat black the"
 
 
 def test_part2_unprojected_unscaled_self_attention():
-    assert_two_decimals(EMBEDDINGS @ EMBEDDINGS.T, PART2_SCORES)
-    # Unscaled: undo the core's 1/sqrt(d_k) by scaling the queries by sqrt(3).
-    z, weights = scaled_dot_product_attention(EMBEDDINGS * np.sqrt(3.0), EMBEDDINGS, EMBEDDINGS)
-    assert_two_decimals(weights, PART2_WEIGHTS)
-    assert_two_decimals(z, PART2_Z)
+    assert_two_decimals(attention_scores(EMBEDDINGS, EMBEDDINGS, scale=1.0), PART2_SCORES)
+    z, weights = DotProductSelfAttention()(EMBEDDINGS[None], return_attention_scores=True)
+    assert_two_decimals(weights[0], PART2_WEIGHTS)
+    assert_two_decimals(z[0], PART2_Z)
 
 
-def test_part3_projections():
-    assert_two_decimals(EMBEDDINGS @ W_Q, PART3_QUERIES)
-    assert_two_decimals(EMBEDDINGS @ W_K, PART3_KEYS)
-    assert_two_decimals(EMBEDDINGS @ W_V, PART3_VALUES)
+def test_part3_projections(projected):
+    key, value = projected.project_keys_values(EMBEDDINGS[None])
+    assert_two_decimals(projected.project_queries(EMBEDDINGS[None])[0, 0], PART3_QUERIES)
+    assert_two_decimals(key[0, 0], PART3_KEYS)
+    assert_two_decimals(value[0, 0], PART3_VALUES)
 
 
-def test_part3_scaled_attention_through_the_core():
-    z, weights = scaled_dot_product_attention(EMBEDDINGS @ W_Q, EMBEDDINGS @ W_K, EMBEDDINGS @ W_V)
+def test_part3_scaled_attention_through_the_core(projected):
+    query = projected.project_queries(EMBEDDINGS[None])[0, 0]
+    key, value = (x[0, 0] for x in projected.project_keys_values(EMBEDDINGS[None]))
+    z, weights = scaled_dot_product_attention(query, key, value)
     assert_two_decimals(weights, PART3_WEIGHTS)
     assert_two_decimals(z, PART3_Z)
 
 
-def test_part3_scaled_attention_through_the_layer():
-    layer = MultiHeadSelfAttention(num_heads=1, d_model=3, use_bias=False)
-    layer.build((1, 4, 3))
-    layer.set_weights([W_Q[:, None, :], W_K[:, None, :], W_V[:, None, :], np.eye(3, dtype="float32")[None]])
-    z, weights = layer(EMBEDDINGS[None], return_attention_scores=True)
+def test_part3_scaled_attention_through_the_layer(projected):
+    z, weights = projected(EMBEDDINGS[None], return_attention_scores=True)
     assert_two_decimals(weights[0, 0], PART3_WEIGHTS)
     assert_two_decimals(z[0], PART3_Z)
 
 
-def test_part3_projections_move_black_to_attend_to_cat():
-    _, weights = scaled_dot_product_attention(EMBEDDINGS @ W_Q, EMBEDDINGS @ W_K, EMBEDDINGS @ W_V)
-    _, unprojected = scaled_dot_product_attention(EMBEDDINGS * np.sqrt(3.0), EMBEDDINGS, EMBEDDINGS)
+def test_part3_projections_move_black_to_attend_to_cat(projected):
+    _, weights = projected(EMBEDDINGS[None], return_attention_scores=True)
+    _, unprojected = DotProductSelfAttention()(EMBEDDINGS[None], return_attention_scores=True)
     black, cat = TOKENS.index("black"), TOKENS.index("cat")
-    assert np.argmax(to_numpy(unprojected)[black]) == black
-    assert np.argmax(to_numpy(weights)[black]) == cat
+    assert np.argmax(to_numpy(unprojected)[0, black]) == black
+    assert np.argmax(to_numpy(weights)[0, 0, black]) == cat

@@ -4,14 +4,11 @@ Every number below is printed in the seed; the layers must reproduce each one
 to the precision printed there.
 """
 
-import math
-
 import numpy as np
 import pytest
 from conftest import to_numpy
-from keras import ops
 
-from kformer import MultiHeadSelfAttention, scaled_dot_product_attention
+from kformer import MultiHeadSelfAttention, attention_scores, scaled_dot_product_attention
 
 X = np.array([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]], dtype="float32")
 W_Q = np.array([[1, 0, 0], [0, 1, 0], [1, 0, 1], [0, 1, 0]], dtype="float32")
@@ -30,26 +27,6 @@ OUTPUTS = [[1.000, 1.637, 0.777], [1.000, 1.000, 0.667], [1.000, 1.365, 0.701]]
 def assert_as_printed(actual, printed, decimals):
     """Equal to the seed's number once rounded to the decimals it prints."""
     np.testing.assert_allclose(to_numpy(actual), printed, rtol=0, atol=0.5 * 10.0**-decimals + 1e-6)
-
-
-def test_projections_give_the_printed_q_k_v():
-    assert_as_printed(X @ W_Q, Q, 0)
-    assert_as_printed(X @ W_K, K, 0)
-    assert_as_printed(X @ W_V, V, 0)
-
-
-def test_scaled_dot_product_attention_gives_every_printed_weight_and_output():
-    output, weights = scaled_dot_product_attention(X @ W_Q, X @ W_K, X @ W_V)
-    scaled_scores = (X @ W_Q)[0] @ (X @ W_K).T / math.sqrt(3)
-    assert_as_printed(scaled_scores, TOKEN_1_SCALED_SCORES, 3)
-    assert_as_printed(weights, WEIGHTS, 4)
-    assert_as_printed(output, OUTPUTS, 3)
-
-
-def test_tied_scores_give_exactly_uniform_weights():
-    # Token 2's query probes only the keys' second coordinate, which is 1 for all.
-    _, weights = scaled_dot_product_attention(X @ W_Q, X @ W_K, X @ W_V)
-    np.testing.assert_allclose(to_numpy(weights)[1], [1 / 3] * 3, atol=1e-7)
 
 
 @pytest.fixture
@@ -73,11 +50,23 @@ def test_multi_head_self_attention_reproduces_the_seed(seed_attention):
 
 
 def test_multi_head_self_attention_projects_to_the_printed_q_k_v(seed_attention):
-    x = ops.convert_to_tensor(X[None])
-    for kernel, printed in [
-        (seed_attention.query_kernel, Q),
-        (seed_attention.key_kernel, K),
-        (seed_attention.value_kernel, V),
-    ]:
-        projected = ops.einsum("btd,dhk->bthk", x, kernel)  # (1, 3, 1, 3)
-        assert_as_printed(projected[0, :, 0], printed, 0)
+    query = seed_attention.project_queries(X[None])  # (1, 1, 3, 3)
+    key, value = seed_attention.project_keys_values(X[None])
+    assert_as_printed(query[0, 0], Q, 0)
+    assert_as_printed(key[0, 0], K, 0)
+    assert_as_printed(value[0, 0], V, 0)
+
+
+def test_the_core_gives_every_printed_score_weight_and_output(seed_attention):
+    query = seed_attention.project_queries(X[None])[0, 0]  # (3, 3)
+    key, value = (x[0, 0] for x in seed_attention.project_keys_values(X[None]))
+    assert_as_printed(attention_scores(query, key)[0], TOKEN_1_SCALED_SCORES, 3)
+    output, weights = scaled_dot_product_attention(query, key, value)
+    assert_as_printed(weights, WEIGHTS, 4)
+    assert_as_printed(output, OUTPUTS, 3)
+
+
+def test_tied_scores_give_exactly_uniform_weights(seed_attention):
+    # Token 2's query probes only the keys' second coordinate, which is 1 for all.
+    _, weights = seed_attention(X[None], return_attention_scores=True)
+    np.testing.assert_allclose(to_numpy(weights)[0, 0, 1], [1 / 3] * 3, atol=1e-7)
