@@ -1,15 +1,18 @@
-"""Pictures: learning curves (and, with decoding, attention heatmaps)."""
+"""Pictures: learning curves (and, with decoding, attention heatmaps).
 
-import matplotlib
+Figures are made with `matplotlib.figure.Figure`, not pyplot: they draw and
+save without a GUI backend, and importing kformer leaves the caller's
+matplotlib backend alone (a notebook keeps showing its plots inline).
+"""
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 
 def learning_curves(history, path):
     """Saves loss and token accuracy per epoch, training against validation, as a PNG."""
-    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4))
+    figure = Figure(figsize=(10, 4))
+    loss_axis, accuracy_axis = figure.subplots(1, 2)
     for axis, metric, label in [
         (loss_axis, "loss", "loss (label-smoothed)"),
         (accuracy_axis, "accuracy", "token accuracy"),
@@ -25,7 +28,6 @@ def learning_curves(history, path):
         axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
-    plt.close(figure)
 
 
 def attention_weights(trained, sentence, max_length=None):
@@ -85,7 +87,8 @@ def attention_heatmaps(trained, sentence, path=None):
     layers = len(maps["cross-attention"])
     heads = maps["cross-attention"][0].shape[0]
     size = 0.35 * max(len(source_tokens), len(target_tokens)) + 1.5
-    figure, grid = plt.subplots(3 * layers, heads, figsize=(size * heads, size * 3 * layers), squeeze=False)
+    figure = Figure(figsize=(size * heads, size * 3 * layers))
+    grid = figure.subplots(3 * layers, heads, squeeze=False)
     for kind_index, (kind, (rows, columns)) in enumerate(axes_labels.items()):
         for layer, weights in enumerate(maps[kind]):
             for head in range(heads):

@@ -1,6 +1,7 @@
 """Pictures: the attention maps behind the heatmaps, and the learning curves."""
 
 import numpy as np
+from conftest import run_fresh_python
 
 from kformer import TrainedModel, build_transformer, plots
 from kformer.text import RESERVED_TOKENS, Tokenizer
@@ -32,3 +33,15 @@ def test_learning_curves_are_a_png(tmp_path):
     history = {"loss": [3.0, 2.0, 1.5], "val_loss": [2.8, 2.1, 1.9], "accuracy": [0.2, 0.5, 0.6]}
     plots.learning_curves(history, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_importing_kformer_leaves_the_matplotlib_backend_alone(tmp_path):
+    # A notebook's inline backend must survive `import kformer`; "svg" stands in for it here.
+    code = """
+    import os
+    os.environ["MPLBACKEND"] = "svg"
+    import matplotlib
+    import kformer
+    print(matplotlib.get_backend())
+    """
+    assert run_fresh_python(code, tmp_path).strip() == "svg"
