@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from kformer.layers import Dropout
+from kformer.layers import dropout as dropout_module
 
 
 def compiled_dropout(layer, shape):
@@ -46,3 +47,19 @@ def test_identity_when_not_training_and_under_xla():
     np.testing.assert_array_equal(layer(x, training=False), x)
     inference = tf.function(lambda x: layer(x, training=False), jit_compile=True)
     np.testing.assert_array_equal(inference(x), x)
+
+
+def test_the_fast_path_really_runs_under_xla():
+    """Only the ThreeFry path rounds the rate to 1/65536: its scale is 65536 / 58982 for rate 0.1, not 1 / 0.9."""
+    kept = compiled_dropout(Dropout(0.1, seed=3), (32, 32)).numpy()
+    kept = kept[kept != 0]
+    np.testing.assert_array_equal(kept, np.float32(65536 / (65536 - 6554)))
+    assert not np.any(kept == np.float32(1 / 0.9))
+    assert dropout_module.compiling_with_xla() is False  # eagerly, not inside XLA
+
+
+def test_without_the_xla_check_it_is_keras_dropout_under_xla(monkeypatch):
+    monkeypatch.setattr(dropout_module, "_graph_in_xla", None)
+    kept = compiled_dropout(Dropout(0.1, seed=3), (32, 32)).numpy()
+    kept = kept[kept != 0]
+    np.testing.assert_allclose(kept, 1 / 0.9, rtol=1e-6)  # Keras' scale

@@ -1,8 +1,20 @@
 import keras
 import tensorflow as tf
-from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+
+try:
+    # TensorFlow has no public way to ask "is this op being compiled by XLA?";
+    # this is the function its own layers use. Without it, the layer is
+    # exactly keras.layers.Dropout (tests/test_dropout.py checks both paths).
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext as _graph_in_xla
+except ImportError:  # pragma: no cover - a TensorFlow that moved it
+    _graph_in_xla = None
 
 _LEVELS = 65536  # the mask compares 16 random bits per element with a threshold
+
+
+def compiling_with_xla():
+    """True while the current function is being compiled by XLA (`jit_compile=True`)."""
+    return _graph_in_xla is not None and _graph_in_xla(tf.compat.v1.get_default_graph())
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -20,7 +32,8 @@ class Dropout(keras.layers.Dropout):
     (`bench/RESULTS.md`). The rate is then rounded to a multiple of 1/65536
     and the scale is the exact inverse of the resulting keep probability.
     Outside XLA (eager, plain `tf.function`), where TensorFlow has no ThreeFry
-    kernel, it is exactly `keras.layers.Dropout`.
+    kernel, it is exactly `keras.layers.Dropout`; so it is wherever the XLA
+    check (`compiling_with_xla`) or Keras' `seed_generator` is unavailable.
 
     Args:
         rate: the fraction of elements to zero, in [0, 1).
@@ -36,11 +49,13 @@ class Dropout(keras.layers.Dropout):
     """
 
     def call(self, inputs, training=False):
-        compiled = GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-        if not (training and self.rate > 0 and compiled and self.noise_shape is None):
+        seed_generator = getattr(self, "seed_generator", None)  # keras.layers.Dropout's random stream
+        fast = training and self.rate > 0 and self.noise_shape is None and seed_generator is not None
+        if not (fast and compiling_with_xla()):
             return super().call(inputs, training=training)
-        # Keras keeps its seed state in int64; XLA's generators take int32 seeds.
-        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max), tf.int32)
+        # The seed comes from the layer's own stream through public keras.random;
+        # XLA's generators take int32 seeds.
+        seed = keras.random.randint((2,), 0, tf.int32.max, dtype="int32", seed=seed_generator)
         shape = tf.shape(inputs)
         size = tf.reduce_prod(shape)
         words = tf.random.stateless_uniform(
