@@ -11,6 +11,12 @@ class CausalMask(keras.layers.Layer):
     the decoder sees the whole target at once (teacher forcing), and this mask
     is what stops it from reading the word it is asked to predict.
 
+    This is the standalone form, for functional models that pass masks
+    explicitly (for example as `attention_mask` of
+    `keras.layers.MultiHeadAttention`). kformer's own layers build the same
+    mask from `make_causal_mask` where they need it:
+    `MultiHeadSelfAttention(causal=True)` and decoder `TransformerBlock`s.
+
     Masking: when a Keras padding mask `(B, T)` is attached to the input, the
     result also hides padded keys and has shape `(B, T, T)`. The output
     itself carries no mask.

@@ -54,7 +54,7 @@ class CrossAttention(MultiHeadAttentionBase):
         attention_mask = None
         if context_padding_mask is not None:
             attention_mask = key_padding_mask(context_padding_mask)  # (B, 1, S)
-        output, weights = self._attend(x, context, attention_mask, training)
+        output, weights = self._attend(x, context, attention_mask, training, self_attention=False)
         return (output, weights) if return_attention_scores else output
 
     def compute_mask(self, x, mask=None):

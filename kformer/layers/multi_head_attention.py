@@ -98,10 +98,13 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         """
         return self._mix(self.project_queries(x), key, value, attention_mask, training)
 
-    def _attend(self, x, context, attention_mask, training):
-        """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask."""
+    def _attend(self, x, context, attention_mask, training, self_attention):
+        """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask.
+
+        With `self_attention=True`, `context` is `x` and Q, K and V come from one matmul.
+        """
         check_float("x", x)
-        if context is x:  # self-attention: Q, K and V in one matmul
+        if self_attention:
             query, key, value = self._project(x, "query", "key", "value")
         else:
             (query,), (key, value) = self._project(x, "query"), self.project_keys_values(context)

@@ -53,7 +53,7 @@ class MultiHeadSelfAttention(MultiHeadAttentionBase):
             None if padding_mask is None else key_padding_mask(padding_mask),  # (B, 1, T)
             make_causal_mask(keras.ops.shape(x)[1]) if self.causal else None,  # (1, T, T)
         )
-        output, weights = self._attend(x, x, attention_mask, training)
+        output, weights = self._attend(x, x, attention_mask, training, self_attention=True)
         return (output, weights) if return_attention_scores else output
 
     def get_config(self):
