@@ -103,7 +103,7 @@ def speed(rounds):
 
 def quality(model_dir, data):
     from kformer.data import read_pairs, split_pairs
-    from kformer.recipes import score
+    from kformer.evaluation import score
 
     test = split_pairs(read_pairs(data))["test"]
     references = [t for _, t in test]

@@ -14,7 +14,8 @@ import time
 
 from kformer.cli import DEMO_CONFIG
 from kformer.corpus import builtin_splits
-from kformer.recipes import TrainingConfig, evaluate, train_translator
+from kformer.evaluation import evaluate
+from kformer.recipes import TrainingConfig, train_translator
 
 
 def main():

@@ -21,8 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 import kformer
+from kformer.evaluation import score
 from kformer.export import export
-from kformer.recipes import score
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
 import onnxruntime  # noqa: E402

@@ -21,7 +21,8 @@ import peer
 
 import kformer
 from kformer.data import make_dataset, read_pairs, split_pairs
-from kformer.recipes import TrainingConfig, score
+from kformer.evaluation import score
+from kformer.recipes import TrainingConfig
 from kformer.training import TimeBudget, TransformerSchedule
 
 SIZE = dict(d_model=256, num_heads=8, num_layers=2, d_ff=1024)

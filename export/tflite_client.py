@@ -20,7 +20,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import WordPiece, pad_batch, space  # noqa: E402
+from wordpiece import WordPiece, pad_batch  # noqa: E402
 
 
 def run_signature(interpreter, **inputs):
@@ -48,7 +48,8 @@ def translate_strings(export_dir, sentences):
     )
     sentences = [unicodedata.normalize("NFC", s) for s in sentences]  # the graph does not normalise
     output = run_signature(interpreter, texts=np.array(sentences, dtype=object))
-    return [space(text.decode("utf-8")) for text in output]
+    target = WordPiece(Path(export_dir) / "target_vocab.txt")  # for the spacing rules
+    return [target.space(text.decode("utf-8")) for text in output]
 
 
 def main():

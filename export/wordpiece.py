@@ -3,24 +3,26 @@
 It mirrors what kformer's graph does with tensorflow-text's FastWordpiece
 (BERT-style split on whitespace and punctuation, then greedy longest-match
 pieces, "##" marking a continuation) and its detokenizer with spacing rules,
-using only the vocabulary files of an export directory.
+using only the files of an export directory: a vocabulary file, and the
+export's manifest.json beside it, which carries the reserved tokens and the
+spacing rules exactly as kformer defines them (kformer/text.py).
 """
 
+import json
 import re
 import unicodedata
 from pathlib import Path
 
-PAD, UNK, START, END = 0, 1, 2, 3
 MAX_WORD_CHARACTERS = 100
+# The rules are written for RE2 (TensorFlow's regex); Python's re has no \pL or \pN.
+_PYTHON_CLASSES = {r"\pL": r"[^\W\d_]", r"\pN": r"\d"}
 
-SPACING_RULES = [
-    (r"(\d) ([:.,]) (\d)", r"\1\2\3"),
-    (r" ([.,!?;:%)\]}»…])", r"\1"),
-    (r"([¿¡(\[{«$]) ", r"\1"),
-    (r"([^\W\d_]) (['’]) (s|t|re|ve|ll|d|m|clock)\b", r"\1\2\3"),
-    (r"(\w) - (\w)", r"\1-\2"),
-    (r'" ([^"]*?) "', r'"\1"'),
-]
+
+def python_pattern(re2_pattern):
+    """An RE2 spacing rule's pattern in Python's `re` syntax."""
+    for re2, python in _PYTHON_CLASSES.items():
+        re2_pattern = re2_pattern.replace(re2, python)
+    return re2_pattern
 
 
 def _is_punctuation(character):
@@ -59,15 +61,23 @@ def split_words(text):
 
 
 class WordPiece:
-    """Text <-> ids with a vocabulary file (one token a line; line n is id n)."""
+    """Text <-> ids with an export's vocabulary file (one token a line; line n is id n).
+
+    The reserved tokens and spacing rules come from the manifest.json that
+    `kformer export` writes beside the vocabulary files.
+    """
 
     def __init__(self, vocabulary_file):
-        self.vocabulary = Path(vocabulary_file).read_text(encoding="utf-8").splitlines()
+        vocabulary_file = Path(vocabulary_file)
+        manifest = json.loads((vocabulary_file.parent / "manifest.json").read_text(encoding="utf-8"))
+        self.vocabulary = vocabulary_file.read_text(encoding="utf-8").splitlines()
         self.ids = {token: index for index, token in enumerate(self.vocabulary)}
+        self.pad, self.unk, self.start, self.end = (self.ids[token] for token in manifest["reserved_tokens"])
+        self.spacing_rules = [(python_pattern(rule), replacement) for rule, replacement in manifest["spacing_rules"]]
 
     def _word(self, word):
         if len(word) > MAX_WORD_CHARACTERS:
-            return [UNK]
+            return [self.unk]
         pieces, start = [], 0
         while start < len(word):
             for end in range(len(word), start, -1):
@@ -77,7 +87,7 @@ class WordPiece:
                     start = end
                     break
             else:
-                return [UNK]
+                return [self.unk]
         return pieces
 
     def tokenize(self, text):
@@ -89,27 +99,26 @@ class WordPiece:
         words = []
         for token in ids:
             token = int(token)
-            if token == END:
+            if token == self.end:
                 break
-            if token in (PAD, START):
+            if token in (self.pad, self.start):
                 continue
             piece = self.vocabulary[token]
             if piece.startswith("##") and words:
                 words[-1] += piece[2:]
             else:
                 words.append(piece)
-        return space(" ".join(words))
+        return self.space(" ".join(words))
+
+    def space(self, text):
+        """Closes the gaps the word split opened around punctuation."""
+        for pattern, replacement in self.spacing_rules:
+            text = re.sub(pattern, replacement, text)
+        return text
 
 
-def space(text):
-    """Closes the gaps the word split opened around punctuation."""
-    for pattern, replacement in SPACING_RULES:
-        text = re.sub(pattern, replacement, text)
-    return text
-
-
-def pad_batch(rows, max_length):
-    """Token id lists -> a rectangular list of lists, cut to max_length and padded with 0."""
+def pad_batch(rows, max_length, pad=0):
+    """Token id lists -> a rectangular list of lists, cut to max_length and padded with `pad` ([PAD]'s id)."""
     rows = [row[:max_length] for row in rows]
     width = max(1, max(len(row) for row in rows))
-    return [row + [PAD] * (width - len(row)) for row in rows]
+    return [row + [pad] * (width - len(row)) for row in rows]

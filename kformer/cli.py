@@ -1,8 +1,12 @@
 """`kformer ...`: argument parsing and calls into the package, nothing more."""
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+
+from kformer.choices import FORMATS, QUANTIZATIONS, STRATEGIES, TASKS
 
 DEMO_CONFIG = dict(
     d_model=128,
@@ -49,7 +53,8 @@ def _print_scores(name, scores):
 
 def _demo(args):
     from kformer.corpus import SEED_SENTENCES, builtin_splits
-    from kformer.recipes import evaluate, train_translator
+    from kformer.evaluation import evaluate
+    from kformer.recipes import train_translator
     from kformer.translator import Translator
 
     splits = builtin_splits()
@@ -68,13 +73,15 @@ def _demo(args):
 
 
 def _train(args):
-    from kformer.recipes import evaluate, read_lines, train_language_model, train_translator
+    from kformer.evaluation import evaluate
+    from kformer.recipes import read_lines, train_language_model, train_translator
 
     config = _config(args)
     if args.task == "lm":
-        _, _, summary = train_language_model(read_lines(args.data), args.out, config, args.verbose)
+        lines = [t for _, t in _load_pairs("builtin")["train"]] if args.data == "builtin" else read_lines(args.data)
+        summary = train_language_model(lines, args.out, config, args.verbose).config["result"]
         print(f"Training loss {summary.get('loss', float('nan')):.3f}, perplexity {summary['perplexity']:.1f}.")
-        print(f"Saved the language model to {args.out}/.")
+        print(f'Saved the language model to {args.out}/ (try: kformer generate --model {args.out} "el gato").')
         return
     splits = _load_pairs(args.data)
     trained = train_translator(splits, args.out, config, args.verbose)
@@ -85,8 +92,8 @@ def _train(args):
 
 def _evaluate(args):
     from kformer.data import read_pairs
+    from kformer.evaluation import evaluate
     from kformer.model_dir import load
-    from kformer.recipes import evaluate
 
     trained = load(args.model)
     pairs = _load_pairs(args.data)["test"] if args.data == "builtin" else read_pairs(args.data)
@@ -108,6 +115,25 @@ def _translate(args):
     for batch in batches:
         for translation in translator.translate(batch, batch_size=args.batch_size):
             print(translation, flush=True)
+
+
+def _generate(args):
+    from kformer.generator import Generator
+
+    try:
+        generator = Generator(
+            args.model,
+            max_new_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+        )
+    except ValueError as error:
+        raise _UsageError(error) from None
+    for batch in [args.prompts] if args.prompts else _stdin_batches(args.batch_size):
+        for continuation in generator.generate(batch):
+            print(continuation, flush=True)
 
 
 def _stdin_batches(batch_size):
@@ -141,6 +167,7 @@ def _export(args):
         name=args.name,
         version=args.version,
         beam_size=args.beam,
+        max_new_tokens=args.max_tokens,
     )
 
 
@@ -171,7 +198,7 @@ def _add_training_flags(parser):
     group.add_argument("--clipnorm", type=float, help="clip each gradient to this global norm")
     group.add_argument("--steps-per-epoch", dest="steps_per_epoch", type=int)
     group.add_argument("--seed", type=int)
-    group.add_argument("--strategy", choices=("default", "mirrored", "multiworker", "tpu"))
+    group.add_argument("--strategy", choices=STRATEGIES)
     group.add_argument(
         "--mixed-precision", dest="mixed_precision", action="store_const", const=True, help="float16/bfloat16 compute"
     )
@@ -192,9 +219,13 @@ def build_parser():
     demo.set_defaults(run=_demo)
 
     train = commands.add_parser("train", help="train on a file of sentence pairs (or 'builtin')")
-    train.add_argument("--data", required=True, help="a .txt/.tsv/.zip of 'source<TAB>target' lines, or 'builtin'")
+    train.add_argument(
+        "--data",
+        required=True,
+        help="a .txt/.tsv/.zip of 'source<TAB>target' lines (with --task lm: text, one passage a line), or 'builtin'",
+    )
     train.add_argument("--out", required=True, help="model directory to write; rerun with the same one to resume")
-    train.add_argument("--task", choices=("translate", "lm"), default="translate", help="lm: decoder-only on text")
+    train.add_argument("--task", choices=TASKS, default="translate", help="lm: decoder-only on text")
     _add_training_flags(train)
     train.set_defaults(run=_train)
 
@@ -212,6 +243,17 @@ def build_parser():
     translate.add_argument("--batch-size", type=int, default=64, help="sentences decoded together")
     translate.set_defaults(run=_translate)
 
+    generate = commands.add_parser("generate", help="continue prompts with a language model (train --task lm)")
+    generate.add_argument("--model", required=True, help="language-model directory")
+    generate.add_argument("prompts", nargs="*", help="prompts (default: one per line on stdin)")
+    generate.add_argument("--max-tokens", dest="max_tokens", type=int, default=50, help="most tokens to write")
+    generate.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sample")
+    generate.add_argument("--top-k", dest="top_k", type=int, default=0, help="sample among the k most likely (0: all)")
+    generate.add_argument("--top-p", dest="top_p", type=float, default=1.0, help="sample from this probability mass")
+    generate.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    generate.add_argument("--batch-size", type=int, default=64, help="prompts generated together")
+    generate.set_defaults(run=_generate)
+
     attention = commands.add_parser("attention", help="draw the attention heatmaps of one translation")
     attention.add_argument("--model", required=True, help="model directory")
     attention.add_argument("sentence", help="the source sentence")
@@ -221,11 +263,12 @@ def build_parser():
     export = commands.add_parser("export", help="write SavedModel (TF Serving), TFLite and ONNX artifacts")
     export.add_argument("--model", required=True, help="model directory")
     export.add_argument("--out", required=True, help="export directory to create")
-    export.add_argument("--formats", default="saved_model,tflite,onnx", help="comma-separated (default: %(default)s)")
-    export.add_argument("--quantize", default="", help="TFLite variants to add: float16,int8")
+    export.add_argument("--formats", default=",".join(FORMATS), help="comma-separated (default: %(default)s)")
+    export.add_argument("--quantize", default="", help=f"TFLite variants to add, of {','.join(QUANTIZATIONS)}")
     export.add_argument("--name", default="kformer", help="TF Serving model name (default: %(default)s)")
     export.add_argument("--version", type=int, default=1, help="TF Serving version directory (default: 1)")
     export.add_argument("--beam", type=int, default=1, help="beam size the artifacts decode with (default: 1)")
+    export.add_argument("--max-tokens", dest="max_tokens", type=int, default=50, help="language models: tokens written")
     export.set_defaults(run=_export)
 
     walkthrough = commands.add_parser(
@@ -235,16 +278,47 @@ def build_parser():
     return parser
 
 
+class _UsageError(Exception):
+    """A bad setting found after parsing; main prints it as one line."""
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Hides what TensorFlow's C++ start-up writes to fd 2 before its logging is set up.
+
+    On CPU machines it prints CUDA probing and oneDNN notes that bury the
+    output people came for, and TF_CPP_MIN_LOG_LEVEL does not reach those
+    lines. This is the command's business, in its own process: importing
+    kformer as a library leaves fd 2 alone. TF_CPP_MIN_LOG_LEVEL=0 keeps them.
+    """
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0" or "tensorflow" in sys.modules:
+        yield
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help and usage errors answer before TensorFlow loads
+    with _quiet_native_stderr():
+        import tensorflow  # noqa: F401
+
     from kformer.data import DataError
     from kformer.export import ExportError
     from kformer.model_dir import ModelDirectoryError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
         args.run(args)
-    except (DataError, ModelDirectoryError, ExportError) as error:
+    except (DataError, ModelDirectoryError, ExportError, _UsageError) as error:
         print(f"kformer {args.command}: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -36,11 +36,13 @@ def _write_column(tokens, column, values):
     return tf.where(tf.expand_dims(at_column, 0), tf.expand_dims(values, 1), tokens)
 
 
-def _step_function(decoder, context, source_padding_mask, beam_size, use_cache):
+def _step_function(decoder, context, source_padding_mask, beam_size, use_cache, rows=None):
     """(step, initial_state): step(tokens, t, state) -> (logits of token t + 1 (B * beam, V), state).
 
     `context` and `source_padding_mask` have one row per sentence; the step
-    takes `beam_size` rows of tokens per sentence (sentence-major).
+    takes `beam_size` rows of tokens per sentence (sentence-major). A
+    decoder-only model has no context: pass None for both, and the number of
+    `rows` of tokens.
     """
     if use_cache:
 
@@ -48,7 +50,8 @@ def _step_function(decoder, context, source_padding_mask, beam_size, use_cache):
             token = tf.gather(tokens, tf.reshape(t, [1]), axis=1)  # (B * beam, 1): the token at position t
             return decoder.decode_step(token, cache, source_padding_mask)
 
-        return cached_step, decoder.initial_cache(tf.shape(context)[0] * beam_size, context)
+        rows = tf.shape(context)[0] * beam_size if rows is None else rows
+        return cached_step, decoder.initial_cache(rows, context)
 
     if beam_size > 1:
         context, source_padding_mask = (tf.repeat(x, beam_size, axis=0) for x in (context, source_padding_mask))
@@ -134,6 +137,70 @@ def greedy_search(step, state, start_done, max_length):
         shape_invariants=(tf.TensorShape([]), tokens.shape, start_done.shape, _growing(state)),
     )
     return tokens[:, 1:]
+
+
+def sampler(temperature=0.0, top_k=0, top_p=1.0, seed=0):
+    """choose(logits (B, V), t) -> the next token of each row (B,), int32.
+
+    Temperature 0 picks the most likely token (greedy). Otherwise the logits
+    are divided by the temperature, cut to the `top_k` most likely tokens (0:
+    all) and to the smallest set whose probability reaches `top_p` (1.0: all),
+    and a token is drawn. Draws are stateless, seeded by (seed, t): the same
+    seed gives the same sample.
+    """
+    if temperature <= 0:
+        return lambda logits, t: tf.argmax(logits, axis=-1, output_type=tf.int32)
+
+    def choose(logits, t):
+        logits = tf.cast(logits, tf.float32) / temperature  # (B, V)
+        if top_k:
+            kth = tf.math.top_k(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest logit
+            logits = tf.where(logits < kth, _NEG_INF, logits)
+        if top_p < 1.0:
+            ordered = tf.sort(logits, axis=-1, direction="DESCENDING")  # (B, V)
+            mass_before = tf.cumsum(tf.nn.softmax(ordered), axis=-1, exclusive=True)  # of the tokens ranked higher
+            kept = tf.where(mass_before < top_p, ordered, tf.float32.max)  # the nucleus, by rank
+            logits = tf.where(logits < tf.reduce_min(kept, axis=-1, keepdims=True), _NEG_INF, logits)
+        draw_seed = tf.stack([tf.constant(seed, tf.int32), tf.cast(t, tf.int32)])
+        return tf.cast(tf.random.stateless_categorical(logits, 1, seed=draw_seed)[:, 0], tf.int32)
+
+    return choose
+
+
+def continue_prompts(step, state, prompt_tokens, max_new_tokens, choose, stop_id=END_ID):
+    """Reads each row's prompt, then writes up to `max_new_tokens` tokens chosen by `choose`.
+
+    The prompt is fed through the same step function one position at a
+    time (filling the cache), so rows with prompts of different lengths
+    (right-padded with [PAD]) share one loop; each row starts generating
+    right after its own prompt and stops after `stop_id`.
+
+    Returns:
+        int32 `(B, max_new_tokens)`: each row's continuation, then [PAD].
+    """
+    batch, prompt_width = tf.shape(prompt_tokens)[0], tf.shape(prompt_tokens)[1]
+    prompt_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prompt_tokens, PAD_ID), tf.int32), axis=1)  # (B,)
+    tokens = tf.concat(
+        [tf.fill([batch, 1], START_ID), prompt_tokens, tf.fill([batch, max_new_tokens], PAD_ID)], axis=1
+    )  # (B, 1 + P + N): [START], the prompt, room for the continuation
+
+    def body(t, tokens, done, state):
+        logits, state = step(tokens, t, state)  # the next position, t + 1
+        in_prompt = t + 1 <= prompt_lengths  # (B,): position t + 1 holds a prompt token
+        prompt_token = tf.gather(tokens, tf.reshape(t + 1, [1]), axis=1)[:, 0]
+        next_token = tf.where(in_prompt, prompt_token, tf.where(done, PAD_ID, choose(logits, t)))
+        written = t + 1 - prompt_lengths  # tokens generated so far, with this one
+        done |= ~in_prompt & (tf.equal(next_token, stop_id) | (written >= max_new_tokens))
+        return t + 1, _write_column(tokens, t + 1, next_token), done, state
+
+    _, tokens, _, _ = tf.while_loop(
+        lambda t, tokens, done, state: (t < prompt_width + max_new_tokens) & ~tf.reduce_all(done),
+        body,
+        (tf.constant(0), tokens, tf.zeros([batch], tf.bool), state),
+        shape_invariants=(tf.TensorShape([]), tokens.shape, tf.TensorShape([None]), _growing(state)),
+    )
+    positions = tf.expand_dims(prompt_lengths + 1, 1) + tf.range(max_new_tokens)  # (B, N)
+    return tf.gather(tokens, positions, batch_dims=1)
 
 
 def beam_search(step, state, start_done, max_length, beam_size, length_penalty):

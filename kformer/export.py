@@ -13,12 +13,18 @@
       onnx/forward.onnx, tflite/forward.tflite   teacher-forced logits, for parity checks
       source_vocab.txt, target_vocab.txt, manifest.json
 
+A language model (`kformer train --task lm`) exports the same way with
+`generate_ids` in place of `translate_ids` (prompt ids in, greedy continuation
+ids out), `serving_default` taking prompts and returning continuations, no
+source vocabulary and no string TFLite model.
+
 Everything is written into a temporary directory beside EXPORT_DIR and renamed
 into place at the end, so an export that fails leaves nothing that looks complete.
 The TFLite and ONNX converters run in subprocesses (the TFLite converter leaks
-memory on every call).
+memory on every call). Each format is one writer function in `WRITERS`.
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -31,11 +37,12 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from kformer.choices import FORMATS, QUANTIZATIONS
+from kformer.generator import Generator
 from kformer.model_dir import TrainedModel, load
+from kformer.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.translator import Translator, padded_tokens
 
-FORMATS = ("saved_model", "tflite", "onnx")
-QUANTIZATIONS = ("float16", "int8")
 EXAMPLE_SENTENCES = ["the black cat sleeps", "the cats that the girl sees sleep"]
 
 
@@ -50,6 +57,13 @@ def _check_request(formats, quantize, out):
     unknown = [q for q in quantize if q not in QUANTIZATIONS]
     if unknown:
         raise ExportError(f"unknown quantization {unknown[0]!r}; choose from {', '.join(QUANTIZATIONS)}.")
+    for format_name in formats:
+        missing = [package for package in NEEDS.get(format_name, ()) if importlib.util.find_spec(package) is None]
+        if missing:
+            raise ExportError(
+                f"the {format_name} format needs {', '.join(missing)}, which is not installed; "
+                "install it with: pip install 'kformer[export]'."
+            )
     if quantize and "tflite" not in formats:
         raise ExportError("--quantize applies to TFLite; add tflite to --formats.")
     parent = out.resolve().parent
@@ -62,7 +76,9 @@ def _check_request(formats, quantize, out):
 
 
 class _Endpoints(tf.Module):
-    """The functions every artifact is made of, with fixed input signatures."""
+    """The functions a translator's artifacts are made of, with fixed input signatures."""
+
+    ids_name = "translate_ids"  # the id-level endpoint: its signature and file names
 
     def __init__(self, translator):
         super().__init__()
@@ -87,6 +103,29 @@ class _Endpoints(tf.Module):
         return {"logits": self.model([encoder_tokens, decoder_tokens], training=False)}
 
 
+class _GeneratorEndpoints(tf.Module):
+    """The functions a language model's artifacts are made of: prompts in, continuations out."""
+
+    ids_name = "generate_ids"
+
+    def __init__(self, generator):
+        super().__init__()
+        self.generator = generator
+        self.model = generator.model
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
+    def serve_texts(self, texts):
+        return {"continuations": self.generator(texts)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="prompt_tokens")])
+    def serve_ids(self, prompt_tokens):
+        return {"output_tokens": self.generator.generate_ids(prompt_tokens)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="decoder_tokens")])
+    def forward(self, decoder_tokens):
+        return {"logits": self.model(decoder_tokens, training=False)}
+
+
 def _tflite_text_endpoint(translator):
     """Strings in, strings out with only ops that TFLite builtins or tensorflow-text's TFLite kernels run.
 
@@ -98,12 +137,8 @@ def _tflite_text_endpoint(translator):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def translate(texts):
-        output = translator.translate_ids(padded_tokens(source._wordpiece.tokenize(texts)))  # (B, T)
-        keep = tf.logical_or(output > 3, tf.equal(output, 1))  # drop [PAD], [START], [END]; show [UNK]
-        pieces = tf.RaggedTensor.from_row_lengths(
-            tf.boolean_mask(output, keep), tf.reduce_sum(tf.cast(keep, tf.int64), axis=1), validate=False
-        )
-        return {"translations": target._wordpiece.detokenize(pieces)}
+        output = translator.translate_ids(padded_tokens(source.tokenize(texts, normalize_text=False)))  # (B, T)
+        return {"translations": target.detokenize(output, spacing=False)}
 
     return translate
 
@@ -112,28 +147,13 @@ def _keras_archive(trained, path, endpoints, include_text):
     """A SavedModel written by keras.export.ExportArchive: the route TFLite converts reliably."""
     archive = keras.export.ExportArchive()
     archive.track(trained.model)
-    archive.add_endpoint("translate_ids", endpoints.serve_ids)
+    archive.add_endpoint(endpoints.ids_name, endpoints.serve_ids)
     archive.add_endpoint("forward", endpoints.forward)
     if include_text:
         archive.track(trained.source_tokenizer)
         archive.track(trained.target_tokenizer)
         archive.add_endpoint("translate", _tflite_text_endpoint(endpoints.translator))
     archive.write_out(str(path), verbose=False)
-
-
-_CONVERT_TFLITE = """
-import sys, tensorflow as tf, tensorflow_text  # registers the tokenizer ops the string model holds
-saved, signature, output, quantization, custom = sys.argv[1:6]
-converter = tf.lite.TFLiteConverter.from_saved_model(saved, signature_keys=[signature])
-converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-converter.allow_custom_ops = custom == "custom"
-if quantization == "float16":
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.target_spec.supported_types = [tf.float16]
-elif quantization == "int8":
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights, float activations
-open(output, "wb").write(converter.convert())
-"""
 
 
 def _run(args, what):
@@ -143,9 +163,10 @@ def _run(args, what):
         raise ExportError(f"{what} failed:\n{result.stderr[-3000:]}")
 
 
-def _tflite(saved, signature, output, quantization="none", custom=False):
-    args = [sys.executable, "-c", _CONVERT_TFLITE, str(saved), signature, str(output), quantization]
-    _run(args + ["custom" if custom else "builtins"], f"TFLite conversion of {signature}")
+def _tflite(saved, signature, output, quantize=None, custom_ops=False):
+    args = [sys.executable, "-m", "kformer.tflite_converter", str(saved), signature, str(output)]
+    args += (["--quantize", quantize] if quantize else []) + (["--custom-ops"] if custom_ops else [])
+    _run(args, f"TFLite conversion of {signature}")
 
 
 def _onnx(saved, signature, output):
@@ -153,10 +174,69 @@ def _onnx(saved, signature, output):
     _run(args + ["--opset", "17", "--output", str(output)], f"ONNX conversion of {signature}")
 
 
+class _Job:
+    """What the format writers share: the model, the staging folder, the endpoints, the settings."""
+
+    def __init__(self, trained, staging, endpoints, quantize, name, version, say):
+        self.trained, self.staging, self.endpoints = trained, staging, endpoints
+        self.quantize, self.name, self.version, self.say = quantize, name, version, say
+        self._id_archive = None
+
+    def id_archive(self):
+        """The text-free ExportArchive of the id endpoints (TFLite and ONNX convert it), made once."""
+        if self._id_archive is None:
+            self._id_archive = self.staging / ".archive"
+            _keras_archive(self.trained, self._id_archive, self.endpoints, include_text=False)
+        return self._id_archive
+
+    def finish(self):
+        if self._id_archive is not None:
+            shutil.rmtree(self._id_archive)
+
+
+def _write_saved_model(job):
+    job.say("Writing the SavedModel for TF Serving ...")
+    endpoints = job.endpoints
+    serving = job.staging / "saved_model" / job.name / str(job.version)
+    signatures = {"serving_default": endpoints.serve_texts, endpoints.ids_name: endpoints.serve_ids}
+    tf.saved_model.save(endpoints, str(serving), signatures=signatures)
+    _serving_files(job.staging / "serving", job.name, endpoints)
+
+
+def _write_tflite(job):
+    (job.staging / "tflite").mkdir()
+    ids_name = job.endpoints.ids_name
+    for quantize in (None, *job.quantize):
+        suffix = f"_{quantize}" if quantize else ""
+        job.say(f"Converting to TFLite{f' ({quantize})' if quantize else ''} ...")
+        _tflite(job.id_archive(), ids_name, job.staging / "tflite" / f"{ids_name}{suffix}.tflite", quantize)
+    _tflite(job.id_archive(), "forward", job.staging / "tflite" / "forward.tflite")
+    if job.trained.kind != "translator":
+        return
+    job.say("Converting the string-to-string TFLite variant ...")
+    text_archive = job.staging / ".text-archive"
+    _keras_archive(job.trained, text_archive, job.endpoints, include_text=True)
+    _tflite(text_archive, "translate", job.staging / "tflite" / "translate.tflite", custom_ops=True)
+    shutil.rmtree(text_archive)
+
+
+def _write_onnx(job):
+    job.say("Converting to ONNX ...")
+    (job.staging / "onnx").mkdir()
+    _onnx(job.id_archive(), job.endpoints.ids_name, job.staging / "onnx" / f"{job.endpoints.ids_name}.onnx")
+    _onnx(job.id_archive(), "forward", job.staging / "onnx" / "forward.onnx")
+
+
+# One writer per format: a new format is a function here and a name in kformer.choices.FORMATS.
+WRITERS = {"saved_model": _write_saved_model, "tflite": _write_tflite, "onnx": _write_onnx}
+# Packages a format's writer needs beyond TensorFlow (the `export` extra installs them).
+NEEDS = {"onnx": ("tf2onnx",)}
+
+
 def _serving_files(directory, name, endpoints):
     request = {"instances": EXAMPLE_SENTENCES}
-    translations = endpoints.serve_texts(tf.constant(EXAMPLE_SENTENCES))["translations"].numpy()
-    response = {"predictions": [t.decode("utf-8") for t in translations]}
+    (outputs,) = endpoints.serve_texts(tf.constant(EXAMPLE_SENTENCES)).values()
+    response = {"predictions": [t.decode("utf-8") for t in outputs.numpy()]}
     directory.mkdir(parents=True)
     config = f"""\
         model_config_list {{
@@ -172,16 +252,28 @@ def _serving_files(directory, name, endpoints):
     (directory / "response.json").write_text(json.dumps(response, ensure_ascii=False, indent=2) + "\n")
 
 
-def export(model, out, formats=FORMATS, quantize=(), name="kformer", version=1, beam_size=1, verbose=True):
+def export(
+    model,
+    out,
+    formats=FORMATS,
+    quantize=(),
+    name="kformer",
+    version=1,
+    beam_size=1,
+    max_new_tokens=50,
+    verbose=True,
+):
     """Writes the deployment artifacts of a trained model (see the module docstring for the layout).
 
     Args:
         model: a model directory or a loaded `TrainedModel`.
         out: the export directory to create (must not exist, or be empty).
-        formats: any of "saved_model", "tflite", "onnx".
+        formats: any of `kformer.choices.FORMATS`: "saved_model", "tflite", "onnx".
         quantize: TFLite variants to add: "float16", "int8" (dynamic range).
         name, version: the TF Serving model name and version directory.
-        beam_size: the decoding the artifacts run (1 = greedy).
+        beam_size: the decoding a translator's artifacts run (1 = greedy).
+        max_new_tokens: the most tokens a language model's artifacts write
+            after a prompt (greedily).
 
     Returns:
         The manifest: what was written, with file sizes in bytes.
@@ -190,7 +282,10 @@ def export(model, out, formats=FORMATS, quantize=(), name="kformer", version=1, 
     formats, quantize = tuple(formats), tuple(quantize)
     _check_request(formats, quantize, out)
     trained = model if isinstance(model, TrainedModel) else load(model)
-    endpoints = _Endpoints(Translator(trained, beam_size=beam_size))
+    if trained.kind == "translator":
+        endpoints = _Endpoints(Translator(trained, beam_size=beam_size))
+    else:
+        endpoints = _GeneratorEndpoints(Generator(trained, max_new_tokens=max_new_tokens))
     staging = Path(tempfile.mkdtemp(dir=out.resolve().parent, prefix=f".{out.name}.partial-"))
 
     def say(message):
@@ -198,46 +293,24 @@ def export(model, out, formats=FORMATS, quantize=(), name="kformer", version=1, 
             print(message, flush=True)
 
     try:
-        trained.source_tokenizer.save(staging / "source_vocab.txt")
+        if trained.source_tokenizer is not None:
+            trained.source_tokenizer.save(staging / "source_vocab.txt")
         trained.target_tokenizer.save(staging / "target_vocab.txt")
-        if "saved_model" in formats:
-            say("Writing the SavedModel for TF Serving ...")
-            serving = staging / "saved_model" / name / str(version)
-            tf.saved_model.save(
-                endpoints,
-                str(serving),
-                signatures={"serving_default": endpoints.serve_texts, "translate_ids": endpoints.serve_ids},
-            )
-            _serving_files(staging / "serving", name, endpoints)
-        if "tflite" in formats or "onnx" in formats:
-            archive = staging / ".archive"
-            _keras_archive(trained, archive, endpoints, include_text=False)
-        if "tflite" in formats:
-            (staging / "tflite").mkdir()
-            for quantization in ("none", *quantize):
-                suffix = "" if quantization == "none" else f"_{quantization}"
-                say(f"Converting to TFLite{' (' + quantization + ')' if suffix else ''} ...")
-                _tflite(archive, "translate_ids", staging / "tflite" / f"translate_ids{suffix}.tflite", quantization)
-            _tflite(archive, "forward", staging / "tflite" / "forward.tflite")
-            say("Converting the string-to-string TFLite variant ...")
-            text_archive = staging / ".text-archive"
-            _keras_archive(trained, text_archive, endpoints, include_text=True)
-            _tflite(text_archive, "translate", staging / "tflite" / "translate.tflite", custom=True)
-            shutil.rmtree(text_archive)
-        if "onnx" in formats:
-            say("Converting to ONNX ...")
-            (staging / "onnx").mkdir()
-            _onnx(archive, "translate_ids", staging / "onnx" / "translate_ids.onnx")
-            _onnx(archive, "forward", staging / "onnx" / "forward.onnx")
-        if "tflite" in formats or "onnx" in formats:
-            shutil.rmtree(archive)
+        job = _Job(trained, staging, endpoints, quantize, name, version, say)
+        for format_name in formats:
+            WRITERS[format_name](job)
+        job.finish()
         manifest = {
+            "kind": trained.kind,
             "formats": list(formats),
             "quantize": list(quantize),
             "name": name,
             "version": version,
             "beam_size": beam_size,
-            "max_length": endpoints.translator.max_length,
+            "max_length": trained.max_length,
+            **({"max_new_tokens": max_new_tokens} if trained.kind == "language_model" else {}),
+            "reserved_tokens": list(RESERVED_TOKENS),
+            "spacing_rules": [list(rule) for rule in SPACING_RULES],
             "files": {
                 str(path.relative_to(staging)): path.stat().st_size
                 for path in sorted(staging.rglob("*"))
@@ -247,7 +320,7 @@ def export(model, out, formats=FORMATS, quantize=(), name="kformer", version=1, 
         if "saved_model" in formats:
             saved = staging / "saved_model"
             manifest["files"]["saved_model/"] = sum(p.stat().st_size for p in saved.rglob("*") if p.is_file())
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(staging, out)

@@ -1,10 +1,11 @@
-"""A trained model directory: the .keras model, both vocabularies and a config.
+"""A trained model directory: the .keras model, its vocabularies and a config.
 
 DIR/model.keras         the Keras model (kformer layers, weights)
-DIR/source_vocab.txt    one token a line; line n is id n
+DIR/source_vocab.txt    one token a line; line n is id n (translators only)
 DIR/target_vocab.txt
-DIR/config.json         model and training settings; written last, so a
-                        directory without it is incomplete
+DIR/config.json         model and training settings, with "kind": "translator"
+                        or "language_model"; written last, so a directory
+                        without it is incomplete
 """
 
 import json
@@ -47,14 +48,26 @@ def write_json(path, data):
     write_atomically(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
 
 
+KINDS = ("translator", "language_model")
+
+
 @dataclass
 class TrainedModel:
-    """A translation model with its tokenizers and settings, as saved in a model directory."""
+    """A model with its tokenizers and settings, as saved in a model directory.
+
+    A translator (`build_transformer`) has both tokenizers; a language model
+    (`build_decoder_only`) has only `target_tokenizer`, and `source_tokenizer`
+    is None. `config["kind"]` says which ("translator" when absent).
+    """
 
     model: keras.Model
-    source_tokenizer: Tokenizer
+    source_tokenizer: Tokenizer | None
     target_tokenizer: Tokenizer
     config: dict = field(default_factory=dict)
+
+    @property
+    def kind(self):
+        return self.config.get("kind", "translator")
 
     @property
     def max_length(self):
@@ -64,9 +77,10 @@ class TrainedModel:
         """Writes the directory; config.json last, each file replaced atomically."""
         directory = Path(directory)
         write_atomically(directory / MODEL_FILE, self.model.save)
-        write_atomically(directory / SOURCE_VOCAB_FILE, self.source_tokenizer.save)
+        if self.source_tokenizer is not None:
+            write_atomically(directory / SOURCE_VOCAB_FILE, self.source_tokenizer.save)
         write_atomically(directory / TARGET_VOCAB_FILE, self.target_tokenizer.save)
-        write_json(directory / CONFIG_FILE, self.config)
+        write_json(directory / CONFIG_FILE, {"kind": self.kind, **self.config})
 
 
 def _embedding_rows(model, layer_name):
@@ -80,34 +94,41 @@ def load(directory):
         ModelDirectoryError: the directory is missing, lacks a piece, or its
             vocabularies do not match the model; the message says which.
     """
-    import kformer  # noqa: F401  (registers the layers before loading)
+    import kformer.model  # noqa: F401  (registers the layers before loading)
 
     directory = Path(directory)
     if not directory.is_dir():
         raise ModelDirectoryError(f"{directory}: no such model directory; train one with `kformer train`.")
-    missing = [
-        name
-        for name in (MODEL_FILE, SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, CONFIG_FILE)
-        if not (directory / name).is_file()
-    ]
-    if missing:
+    if not (directory / CONFIG_FILE).is_file():
         raise ModelDirectoryError(
-            f"{directory}: incomplete model directory, missing {', '.join(missing)}; "
+            f"{directory}: incomplete model directory, missing {CONFIG_FILE}; "
             "was training interrupted? Run `kformer train` again with the same --out to resume."
         )
     try:
         config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ModelDirectoryError(f"{directory / CONFIG_FILE}: not valid JSON ({error}).") from None
+    kind = config.get("kind", "translator") if isinstance(config, dict) else None
+    if kind not in KINDS:
+        raise ModelDirectoryError(f"{directory / CONFIG_FILE}: unknown model kind {kind!r}; expected one of {KINDS}.")
+    needed = (MODEL_FILE, TARGET_VOCAB_FILE) + ((SOURCE_VOCAB_FILE,) if kind == "translator" else ())
+    missing = [name for name in needed if not (directory / name).is_file()]
+    if missing:
+        raise ModelDirectoryError(
+            f"{directory}: incomplete model directory, missing {', '.join(missing)}; "
+            "was training interrupted? Run `kformer train` again with the same --out to resume."
+        )
     try:
         model = keras.saving.load_model(directory / MODEL_FILE)
     except Exception as error:  # noqa: BLE001  (Keras raises many types for a bad file)
         raise ModelDirectoryError(f"{directory / MODEL_FILE}: cannot be loaded as a Keras model ({error}).") from None
     try:
-        source, target = Tokenizer.load(directory / SOURCE_VOCAB_FILE), Tokenizer.load(directory / TARGET_VOCAB_FILE)
+        target = Tokenizer.load(directory / TARGET_VOCAB_FILE)
+        source = Tokenizer.load(directory / SOURCE_VOCAB_FILE) if kind == "translator" else None
     except ValueError as error:
         raise ModelDirectoryError(f"{directory}: a vocabulary file is not valid: {error}") from None
-    for name, tokenizer, layer in [("source", source, "encoder"), ("target", target, "decoder")]:
+    vocabularies = [("target", target, "decoder")] + ([("source", source, "encoder")] if source else [])
+    for name, tokenizer, layer in vocabularies:
         rows = _embedding_rows(model, layer)
         if rows != tokenizer.vocab_size:
             raise ModelDirectoryError(

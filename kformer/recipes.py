@@ -1,8 +1,9 @@
-"""Whole jobs, end to end: train a translator, evaluate it, train a language model.
+"""Whole jobs, end to end: train a translator, train a language model.
 
 The CLI is a thin layer over these; notebooks and scripts call them directly.
 """
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -10,24 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import keras
-import sacrebleu
 import tensorflow as tf
 
 from kformer import plots
 from kformer.data import DataError, make_dataset
 from kformer.model import build_decoder_only, build_transformer
-from kformer.model_dir import (
-    CONFIG_FILE,
-    MODEL_FILE,
-    SOURCE_VOCAB_FILE,
-    TARGET_VOCAB_FILE,
-    TrainedModel,
-    write_atomically,
-    write_json,
-)
+from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, TrainedModel, write_atomically
 from kformer.text import Tokenizer, build_vocabulary
 from kformer.training import TimeBudget, compile_for_training, fit_across_workers, make_strategy, perplexity
-from kformer.translator import Translator
 
 
 @dataclass
@@ -88,12 +79,35 @@ def _vocabulary(path, sentences, size, verbose):
     return tokenizer
 
 
-def _set_precision(config):
+@contextlib.contextmanager
+def _training_setup(config):
+    """What every job sets up first: the strategy, the seeds, the precision policy.
+
+    The global dtype policy belongs to the caller: it is set for building the
+    model and put back as it was when the job returns (or fails).
+
+    Yields:
+        (strategy, the policy's name).
+    """
+    strategy = make_strategy(config.strategy)  # first: multi-worker collectives need a fresh runtime
+    keras.utils.set_random_seed(config.seed)
     policy = "float32"
     if config.mixed_precision:
         policy = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+    previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)
-    return policy
+    try:
+        yield strategy, policy
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def _build(strategy, config, builder, *vocab_sizes):
+    """`builder(*vocab_sizes, **model settings)` made and compiled under the strategy."""
+    with strategy.scope():
+        model = builder(*vocab_sizes, **config.model_settings())
+        _compile(model, config)
+    return model
 
 
 def _callbacks(out, config, validation, budget):
@@ -192,62 +206,26 @@ def train_translator(splits, out, config=None, verbose=1):
     train_pairs, valid_pairs = splits["train"], splits.get("valid") or []
     if not train_pairs:
         raise DataError("the training split is empty; give more sentence pairs.")
-    strategy = make_strategy(config.strategy)  # first: multi-worker collectives need a fresh runtime
-    keras.utils.set_random_seed(config.seed)
-    policy = _set_precision(config)
-    source = _vocabulary(out / SOURCE_VOCAB_FILE, [s for s, _ in train_pairs], config.source_vocab_size, verbose)
-    target = _vocabulary(out / TARGET_VOCAB_FILE, [t for _, t in train_pairs], config.target_vocab_size, verbose)
-    with strategy.scope():
-        model = build_transformer(source.vocab_size, target.vocab_size, **config.model_settings())
-        _compile(model, config)
-    batches = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
-    train = make_dataset(train_pairs, source, target, repeat=True, **batches)
-    valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches) if valid_pairs else None
-    steps_per_epoch = config.steps_per_epoch or math.ceil(len(train_pairs) / config.batch_size)
-    if verbose:
-        print(
-            f"Training a {model.count_params():,}-parameter Transformer on {len(train_pairs):,} pairs "
-            f"({steps_per_epoch} steps an epoch, {policy}, strategy {config.strategy}) ...",
-            flush=True,
-        )
-    _, summary = _fit(model, train, valid, steps_per_epoch, out, config, verbose)
-    settings = dataclasses.asdict(config)
-    trained = TrainedModel(
-        model,
-        source,
-        target,
-        {"kind": "translator", "max_length": config.max_length, "training": settings, "result": summary},
-    )
+    with _training_setup(config) as (strategy, policy):
+        source = _vocabulary(out / SOURCE_VOCAB_FILE, [s for s, _ in train_pairs], config.source_vocab_size, verbose)
+        target = _vocabulary(out / TARGET_VOCAB_FILE, [t for _, t in train_pairs], config.target_vocab_size, verbose)
+        model = _build(strategy, config, build_transformer, source.vocab_size, target.vocab_size)
+        batches = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
+        train = make_dataset(train_pairs, source, target, repeat=True, **batches)
+        valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches) if valid_pairs else None
+        steps_per_epoch = config.steps_per_epoch or math.ceil(len(train_pairs) / config.batch_size)
+        if verbose:
+            print(
+                f"Training a {model.count_params():,}-parameter Transformer on {len(train_pairs):,} pairs "
+                f"({steps_per_epoch} steps an epoch, {policy}, strategy {config.strategy}) ...",
+                flush=True,
+            )
+        _, summary = _fit(model, train, valid, steps_per_epoch, out, config, verbose)
+    config_json = {"kind": "translator", "max_length": config.max_length, "training": dataclasses.asdict(config)}
+    trained = TrainedModel(model, source, target, {**config_json, "result": summary})
     if _is_chief(strategy):
         trained.save(out)
     return trained
-
-
-def score(hypotheses, references, lowercase=False):
-    """sacreBLEU BLEU and chrF, and exact match, of hypotheses against one reference each."""
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references.")
-    same = (lambda h, r: h.lower() == r.lower()) if lowercase else (lambda h, r: h == r)
-    exact = sum(same(h, r) for h, r in zip(hypotheses, references, strict=True))
-    return {
-        "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score, 2),
-        "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
-        "exact_match": round(100.0 * exact / max(len(references), 1), 2),
-        "n": len(references),
-    }
-
-
-def evaluate(trained, pairs, batch_size=64, lowercase=False):
-    """Translates each source of `pairs` greedily and scores against its target.
-
-    Returns:
-        {"bleu", "chrf", "exact_match" (percent), "n", "seconds"}.
-    """
-    started = time.perf_counter()
-    hypotheses = Translator(trained).translate([s for s, _ in pairs], batch_size=batch_size)
-    result = score(hypotheses, [t for _, t in pairs], lowercase=lowercase)
-    result["seconds"] = round(time.perf_counter() - started, 1)
-    return result
 
 
 def read_lines(path):
@@ -266,29 +244,39 @@ def read_lines(path):
 
 
 def train_language_model(lines, out, config=None, verbose=1):
-    """Trains the decoder-only model on lines of text with the same recipe.
+    """Trains the decoder-only (GPT-style) model on lines of text with the same recipe.
 
-    Each line becomes [START] + tokens -> tokens + [END]. Writes model.keras,
-    target_vocab.txt and config.json under `out`. Returns (model, tokenizer, summary).
+    Each line becomes [START] + tokens -> tokens + [END]. Writes a model
+    directory (model.keras, target_vocab.txt, config.json with kind
+    "language_model") that `kformer.load` and `kformer.Generator` read.
+
+    Returns:
+        The `TrainedModel` (its `source_tokenizer` is None), also saved under `out`.
     """
     config = config or TrainingConfig()
     out = Path(out)
-    strategy = make_strategy(config.strategy)
-    keras.utils.set_random_seed(config.seed)
-    _set_precision(config)
-    tokenizer = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose)
-    with strategy.scope():
-        model = build_decoder_only(tokenizer.vocab_size, **config.model_settings())
-        _compile(model, config)
-    # A language model is a translator from nothing: reuse the pair pipeline
-    # with an empty source and keep only the decoder side.
-    pairs = [("", line) for line in lines]
-    dataset = make_dataset(pairs, tokenizer, tokenizer, batch_size=config.batch_size, max_length=config.max_length)
-    dataset = dataset.map(lambda inputs, labels: (inputs[1], labels)).repeat()
-    steps_per_epoch = config.steps_per_epoch or math.ceil(len(lines) / config.batch_size)
-    _, summary = _fit(model, dataset, None, steps_per_epoch, out, config, verbose)
+    if not lines:
+        raise DataError("no text to train on; give at least one line.")
+    with _training_setup(config) as (strategy, _):
+        tokenizer = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose)
+        model = _build(strategy, config, build_decoder_only, tokenizer.vocab_size)
+        # A language model is a translator from nothing: reuse the pair pipeline
+        # with an empty source and keep only the decoder side.
+        pairs = [("", line) for line in lines]
+        batches = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
+        dataset = make_dataset(pairs, tokenizer, tokenizer, repeat=True, **batches)
+        dataset = dataset.map(lambda inputs, labels: (inputs[1], labels))
+        steps_per_epoch = config.steps_per_epoch or math.ceil(len(lines) / config.batch_size)
+        if verbose:
+            print(
+                f"Training a {model.count_params():,}-parameter decoder-only model on {len(lines):,} lines "
+                f"({steps_per_epoch} steps an epoch) ...",
+                flush=True,
+            )
+        _, summary = _fit(model, dataset, None, steps_per_epoch, out, config, verbose)
     summary["perplexity"] = round(perplexity(summary.get("loss", 50.0)), 2)
+    config_json = {"kind": "language_model", "max_length": config.max_length, "training": dataclasses.asdict(config)}
+    trained = TrainedModel(model, None, tokenizer, {**config_json, "result": summary})
     if _is_chief(strategy):
-        write_atomically(out / MODEL_FILE, model.save)
-        write_json(out / CONFIG_FILE, {"kind": "language_model", "max_length": config.max_length, "result": summary})
-    return model, tokenizer, summary
+        trained.save(out)
+    return trained

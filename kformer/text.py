@@ -20,8 +20,10 @@ PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
 RESERVED_TOKENS = [PAD, UNK, START, END]
 PAD_ID, UNK_ID, START_ID, END_ID = range(4)
 
-# (pattern, replacement) pairs, applied in order to the space-joined pieces.
-_SPACING_RULES = [
+# (pattern, replacement) pairs in RE2 syntax, applied in order to the space-joined
+# pieces. `kformer export` writes them into its manifest, from which the plain-Python
+# clients (export/wordpiece.py) read them: they are defined here only.
+SPACING_RULES = [
     (r"(\pN) ([:.,]) (\pN)", r"\1\2\3"),  # 2:30, 70,000, 3.5
     (r" ([.,!?;:%)\]}»…])", r"\1"),  # no space before closing punctuation
     (r"([¿¡(\[{«$]) ", r"\1"),  # nor after opening punctuation or a dollar sign
@@ -89,21 +91,36 @@ class Tokenizer(tf.Module):
     def vocab_size(self):
         return len(self.vocabulary)
 
-    def tokenize(self, texts):
-        """tf.string `(B,)` -> ragged int32 `(B, None)`, no [START]/[END]."""
-        return self._wordpiece.tokenize(normalize(texts))
+    def tokenize(self, texts, normalize_text=True):
+        """tf.string `(B,)` -> ragged int32 `(B, None)`, no [START]/[END].
 
-    def detokenize(self, token_ids):
+        Args:
+            normalize_text: NFC-normalise first. False skips it (the TFLite
+                string model, whose runtime has no normalisation op; its
+                client normalises instead).
+        """
+        return self._wordpiece.tokenize(normalize(texts) if normalize_text else texts)
+
+    def detokenize(self, token_ids, spacing=True):
         """int32 `(B, T)` (dense or ragged) -> readable tf.string `(B,)`.
 
         Reserved ids ([PAD], [START], [END]) are dropped; [UNK] is shown.
+
+        Args:
+            spacing: apply `SPACING_RULES`. False returns the pieces joined
+                by spaces with regex-free ops only (what TFLite can run); a
+                client applies the rules afterwards.
         """
-        if not isinstance(token_ids, tf.RaggedTensor):
-            token_ids = tf.RaggedTensor.from_tensor(token_ids)
-        keep = tf.logical_or(token_ids >= len(RESERVED_TOKENS), token_ids == UNK_ID)
-        text = self._wordpiece.detokenize(tf.ragged.boolean_mask(token_ids, keep))
-        for pattern, replacement in _SPACING_RULES:
-            text = tf.strings.regex_replace(text, pattern, replacement)
+        if isinstance(token_ids, tf.RaggedTensor):
+            token_ids = token_ids.to_tensor(default_value=PAD_ID)
+        keep = tf.logical_or(token_ids >= len(RESERVED_TOKENS), tf.equal(token_ids, UNK_ID))  # (B, T)
+        pieces = tf.RaggedTensor.from_row_lengths(
+            tf.boolean_mask(token_ids, keep), tf.reduce_sum(tf.cast(keep, tf.int64), axis=1), validate=False
+        )
+        text = self._wordpiece.detokenize(pieces)
+        if spacing:
+            for pattern, replacement in SPACING_RULES:
+                text = tf.strings.regex_replace(text, pattern, replacement)
         return text
 
     def save(self, path):

@@ -11,6 +11,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from kformer.choices import STRATEGIES
 from kformer.text import PAD_ID
 
 
@@ -138,9 +139,6 @@ class TimeBudget(keras.callbacks.Callback):
         if self.elapsed >= self.seconds:
             self.expired = True
             self.model.stop_training = True
-
-
-STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
 
 
 def make_strategy(name="default"):

@@ -49,6 +49,8 @@ class Translator(tf.Module):
         trained = load(model) if isinstance(model, (str, Path)) else model
         if not isinstance(trained, TrainedModel):
             raise TypeError(f"Translator needs a model directory or a TrainedModel, got {type(trained).__name__}.")
+        if trained.kind != "translator":
+            raise ValueError(f"Translator needs a translator; this model is a {trained.kind} (use kformer.Generator).")
         if not isinstance(beam_size, int) or beam_size < 1:
             raise ValueError(f"beam_size must be a positive integer, got beam_size={beam_size!r}.")
         self.model = trained.model

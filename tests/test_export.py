@@ -175,6 +175,16 @@ def test_bad_requests_are_refused_before_any_work(trained, tmp_path, kwargs, mes
     assert not (tmp_path / "out").exists()
 
 
+def test_a_missing_converter_names_the_extra_that_installs_it(trained, tmp_path, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "tf2onnx" else real_find_spec(name))
+    with pytest.raises(ExportError, match=r"the onnx format needs tf2onnx.*pip install 'kformer\[export\]'"):
+        export(trained, tmp_path / "out", verbose=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_unwritable_or_occupied_destinations(trained, tmp_path):
     with pytest.raises(ExportError, match="does not exist"):
         export(trained, tmp_path / "missing" / "out", verbose=False)
@@ -200,3 +210,21 @@ def test_cli_names_a_missing_model_directory(tmp_path, capsys):
     assert main(["export", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
     assert "no such model directory" in capsys.readouterr().err
     assert tf.io.gfile.listdir(str(tmp_path)) == []
+
+
+def test_the_clients_read_reserved_tokens_and_spacing_rules_from_the_manifest(exported):
+    out, manifest = exported
+    sys.path.insert(0, str(REPO / "export"))
+    from wordpiece import WordPiece
+
+    from kformer.text import RESERVED_TOKENS, SPACING_RULES
+
+    assert manifest["reserved_tokens"] == RESERVED_TOKENS
+    assert manifest["spacing_rules"] == [list(rule) for rule in SPACING_RULES]
+    client = WordPiece(out / "target_vocab.txt")
+    assert (client.pad, client.unk, client.start, client.end) == (0, 1, 2, 3)
+    for joined in ["2 : 30 , 70 , 000", "¿ quién ?", "don ' t", "well - known", '" hola "', "casa .", "año - 2"]:
+        expected = tf.constant(joined)
+        for pattern, replacement in SPACING_RULES:  # TensorFlow's RE2, as the Translator applies them
+            expected = tf.strings.regex_replace(expected, pattern, replacement)
+        assert client.space(joined) == expected.numpy().decode(), joined

@@ -1,6 +1,14 @@
 """The seeds' pieces of the Transformer, one layer per file."""
 
-from kformer.layers.attention import (
+import keras
+
+if keras.backend.backend() != "tensorflow":
+    raise ImportError(
+        f"kformer needs the TensorFlow Keras backend, but KERAS_BACKEND is {keras.backend.backend()!r}; "
+        "set KERAS_BACKEND=tensorflow before importing keras."
+    )
+
+from kformer.layers.attention import (  # noqa: E402
     attention_scores,
     combine_masks,
     make_causal_mask,

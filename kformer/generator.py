@@ -1,0 +1,98 @@
+"""Generator: the decoder-only (GPT-style) model as text in, text out, in one tf.function.
+
+The same machinery as translation (`kformer.decoding`): one step function
+over a key/value cache that grows by a position a step, inside a
+`tf.while_loop`. The prompt is read through the same step, a position at a
+time, and the continuation is chosen greedily or sampled (temperature,
+top-k, top-p) with a seed.
+"""
+
+from pathlib import Path
+
+import tensorflow as tf
+
+from kformer.decoding import _step_function, continue_prompts, sampler
+from kformer.model_dir import TrainedModel, load
+from kformer.text import END
+from kformer.translator import padded_tokens
+
+
+class Generator(tf.Module):
+    """Continues prompts with a trained decoder-only model.
+
+    Args:
+        model: a language-model directory (`kformer train --task lm`) or a
+            loaded `TrainedModel` of kind "language_model".
+        max_new_tokens: the most tokens written after a prompt.
+        temperature: 0 for greedy (always the most likely token); above 0,
+            sample from the softmax of logits / temperature.
+        top_k: sample only among the k most likely tokens (0: no limit).
+        top_p: sample only from the smallest set of tokens whose probability
+            reaches top_p (1.0: no limit).
+        seed: the sampling seed; the same seed, prompts and settings give the
+            same continuation.
+        stop_token: the token that ends a continuation (default [END]).
+        use_cache: decode with the key/value cache (the fast path); False
+            re-runs the model over the whole prefix at every step.
+
+    Example:
+    >>> generator = Generator("lm-demo", temperature=0.8, top_k=20, seed=1)
+    >>> generator.generate(["el gato"])
+    ['negro duerme en el jardín']
+    """
+
+    def __init__(
+        self,
+        model,
+        max_new_tokens=50,
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        stop_token=END,
+        use_cache=True,
+    ):
+        super().__init__(name="generator")
+        trained = load(model) if isinstance(model, (str, Path)) else model
+        if not isinstance(trained, TrainedModel) or trained.kind != "language_model":
+            kind = trained.kind if isinstance(trained, TrainedModel) else type(trained).__name__
+            raise ValueError(f"Generator needs a language model (kformer train --task lm), got a {kind}.")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got max_new_tokens={max_new_tokens!r}.")
+        if temperature < 0:
+            raise ValueError(f"temperature must be 0 (greedy) or more, got temperature={temperature!r}.")
+        if not isinstance(top_k, int) or top_k < 0:
+            raise ValueError(f"top_k must be a non-negative integer (0: no limit), got top_k={top_k!r}.")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got top_p={top_p!r}.")
+        vocabulary = trained.target_tokenizer.vocabulary
+        if stop_token not in vocabulary:
+            raise ValueError(f"stop_token {stop_token!r} is not in the model's vocabulary.")
+        self.model = trained.model
+        self.tokenizer = trained.target_tokenizer
+        self.max_length = int(trained.max_length)
+        self.max_new_tokens = max_new_tokens
+        self.use_cache = use_cache
+        self.stop_id = vocabulary.index(stop_token)
+        self._choose = sampler(float(temperature), min(top_k, len(vocabulary)), float(top_p), int(seed))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="prompts")])
+    def __call__(self, prompts):
+        """tf.string `(B,)` -> continuations tf.string `(B,)` (without the prompt)."""
+        prompt_tokens = padded_tokens(self.tokenizer.tokenize(prompts))
+        return self.tokenizer.detokenize(self.generate_ids(prompt_tokens))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="prompt_tokens")])
+    def generate_ids(self, prompt_tokens):
+        """int32 `(B, P)`, right-padded with 0 -> int32 `(B, max_new_tokens)`: the continuations, then [PAD]."""
+        prompt_tokens = prompt_tokens[:, : self.max_length]
+        decoder = self.model.get_layer("decoder")
+        step, state = _step_function(decoder, None, None, 1, self.use_cache, rows=tf.shape(prompt_tokens)[0])
+        return continue_prompts(step, state, prompt_tokens, self.max_new_tokens, self._choose, self.stop_id)
+
+    def generate(self, prompts):
+        """Python strings in, continuations (Python strings) out."""
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        return [text.decode("utf-8") for text in self(tf.constant(prompts, tf.string)).numpy()]

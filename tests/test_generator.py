@@ -1,0 +1,182 @@
+"""The decoder-only model end to end: train, load, generate (greedy and sampled), from Python and the CLI."""
+
+import string
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import run_fresh_python, to_numpy
+
+import kformer
+from kformer import Generator
+from kformer.cli import main
+from kformer.model_dir import TrainedModel
+from kformer.recipes import TrainingConfig, train_language_model
+from kformer.text import END_ID, PAD_ID, START_ID, Tokenizer
+
+LETTERS = list(string.ascii_lowercase)
+PROMPTS = ["c d e", "a", "m n o p q r", "h i"]
+
+
+@pytest.fixture(scope="module")
+def alphabet_lm(tmp_path_factory):
+    """A tiny model trained on runs of eight letters of the alphabet: its continuations are known."""
+    out = tmp_path_factory.mktemp("lm") / "alphabet"
+    lines = [" ".join(LETTERS[i : i + 8]) for i in range(19)] * 20
+    config = TrainingConfig(
+        d_model=32,
+        num_heads=2,
+        num_layers=1,
+        d_ff=64,
+        dropout=0.0,
+        target_vocab_size=100,
+        max_length=12,
+        batch_size=32,
+        warmup_steps=50,
+        learning_rate_scale=2.0,
+        epochs=10,
+        label_smoothing=0.0,
+        jit_compile=False,
+    )
+    train_language_model(lines, out, config, verbose=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def random_lm():
+    vocabulary = ["[PAD]", "[UNK]", "[START]", "[END]"] + LETTERS
+    model = kformer.build_decoder_only(len(vocabulary), d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0)
+    return TrainedModel(model, None, Tokenizer(vocabulary), {"kind": "language_model", "max_length": 16})
+
+
+def test_a_trained_model_continues_its_text_exactly(alphabet_lm):
+    trained = kformer.load(alphabet_lm)
+    assert trained.kind == "language_model" and trained.source_tokenizer is None
+    # Each training line is eight consecutive letters: the prompt's run goes on, then [END].
+    assert Generator(trained).generate(PROMPTS) == ["f g h i j", "b c d e f g h", "s t", "j k l m n o"]
+
+
+def test_cached_and_uncached_generation_agree(random_lm):
+    prompts = tf.constant([[5, 6, 7, 0], [8, 0, 0, 0], [9, 10, 11, 12]], tf.int32)
+    for settings in [{}, {"temperature": 1.0, "seed": 3}, {"temperature": 0.7, "top_p": 0.9, "seed": 4}]:
+        cached = Generator(random_lm, max_new_tokens=8, **settings)  # tf.function methods hold their object weakly
+        plain = Generator(random_lm, max_new_tokens=8, use_cache=False, **settings)
+        np.testing.assert_array_equal(cached.generate_ids(prompts), plain.generate_ids(prompts))
+
+
+def test_temperature_towards_zero_is_greedy(alphabet_lm):
+    greedy = Generator(alphabet_lm).generate(PROMPTS)
+    assert Generator(alphabet_lm, temperature=1e-3, seed=5).generate(PROMPTS) == greedy
+
+
+def continuation_logits(model, prompt, continuation):
+    """The model's logits for each continuation token, from one teacher-forced pass (no cache, no loop)."""
+    tokens = np.array([[START_ID, *prompt, *continuation]], "int32")
+    logits = to_numpy(model(tokens))[0]  # (T, V)
+    return logits[len(prompt) : len(prompt) + len(continuation)]
+
+
+def test_top_k_never_leaves_the_k_most_likely_tokens(random_lm):
+    prompt = [5, 6, 7]
+    for seed in range(4):
+        generator = Generator(random_lm, max_new_tokens=12, temperature=2.0, top_k=3, stop_token="[UNK]", seed=seed)
+        output = [int(t) for t in to_numpy(generator.generate_ids(tf.constant([prompt])))[0] if t != PAD_ID]
+        logits = continuation_logits(random_lm.model, prompt, output)
+        for token, row in zip(output, logits, strict=True):
+            assert token in np.argsort(row)[-3:]
+
+
+def test_the_same_seed_gives_the_same_sample_and_another_seed_another(random_lm):
+    prompts = ["a b", "c", "d e f"] * 4
+
+    def sample(seed):
+        return Generator(random_lm, max_new_tokens=10, temperature=1.0, seed=seed).generate(prompts)
+
+    assert sample(7) == sample(7)
+    assert sample(7) != sample(8)
+
+
+def test_generation_stops_at_the_stop_token_and_the_budget(random_lm):
+    generator = Generator(random_lm, max_new_tokens=5)
+    output = to_numpy(generator.generate_ids(tf.constant([[5, 6]], tf.int32)))
+    assert output.shape == (1, 5)
+    row = list(output[0])
+    if END_ID in row:
+        assert all(t == PAD_ID for t in row[row.index(END_ID) + 1 :])
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"temperature": -1.0}, "temperature must be 0"),
+        ({"top_k": -2}, "top_k must be a non-negative integer"),
+        ({"top_p": 0.0}, "top_p must be in"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
+        ({"stop_token": "zz"}, "not in the model's vocabulary"),
+    ],
+)
+def test_bad_settings_are_one_clear_error(random_lm, settings, message):
+    with pytest.raises(ValueError, match=message):
+        Generator(random_lm, **settings)
+
+
+def test_a_translator_is_not_a_language_model(random_lm):
+    from conftest import copy_task_model
+
+    with pytest.raises(ValueError, match="needs a language model"):
+        Generator(copy_task_model())
+    with pytest.raises(ValueError, match="use kformer.Generator"):
+        kformer.Translator(random_lm)
+
+
+def test_generate_from_the_command_line(alphabet_lm, capsys, monkeypatch):
+    assert main(["generate", "--model", str(alphabet_lm), "c d e", "m n o p q r"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["f g h i j", "s t"]
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("a\nh i\n"))
+    assert main(["generate", "--model", str(alphabet_lm), "--temperature", "0.5", "--top-k", "2", "--seed", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_train_lm_on_the_builtin_corpus_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "lm"
+    tiny = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 300 --max-length 12 --batch-size 32"
+    argv = f"train --task lm --data builtin --out {out} --epochs 1 --steps-per-epoch 5 --no-xla {tiny}"
+    assert main(argv.split()) == 0
+    assert "Saved the language model" in capsys.readouterr().out
+    assert kformer.load(out).kind == "language_model"
+    assert main(["generate", "--model", str(out), "--max-tokens", "3", "el gato"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_export_of_a_language_model_runs_the_same_in_every_runtime(alphabet_lm, tmp_path):
+    from kformer.export import export
+
+    out = tmp_path / "deploy"
+    manifest = export(alphabet_lm, out, max_new_tokens=8, verbose=False)
+    assert manifest["kind"] == "language_model"
+    assert {"tflite/generate_ids.tflite", "onnx/generate_ids.onnx", "saved_model/"} <= set(manifest["files"])
+    generator = Generator(kformer.load(alphabet_lm), max_new_tokens=8)
+    prompts = tf.constant([[5, 6, 7, 0], [14, 15, 0, 0]], tf.int32)  # ids of letters, right-padded
+    np.save(tmp_path / "prompts.npy", prompts.numpy())
+    np.save(tmp_path / "ids.npy", to_numpy(generator.generate_ids(prompts)))
+    expected = generator.generate(PROMPTS)
+    run_fresh_python(
+        f"""
+        import numpy as np, onnxruntime, tensorflow as tf, tensorflow_text
+        from ai_edge_litert.interpreter import Interpreter
+        prompts, ids = np.load("prompts.npy"), np.load("ids.npy")
+        loaded = tf.saved_model.load("{out}/saved_model/kformer/1")
+        texts = loaded.signatures["serving_default"](texts=tf.constant({PROMPTS!r}))["continuations"].numpy()
+        assert [t.decode() for t in texts] == {expected!r}, texts
+        saved = loaded.signatures["generate_ids"](prompt_tokens=tf.constant(prompts))["output_tokens"].numpy()
+        np.testing.assert_array_equal(saved, ids)
+        interpreter = Interpreter(model_path="{out}/tflite/generate_ids.tflite")
+        ops = {{op["op_name"] for op in interpreter._get_ops_details()}}
+        assert not any(o.startswith("Flex") or o == "CUSTOM" for o in ops), ops
+        tflite = next(iter(interpreter.get_signature_runner()(prompt_tokens=prompts).values()))
+        np.testing.assert_array_equal(tflite, ids)
+        session = onnxruntime.InferenceSession("{out}/onnx/generate_ids.onnx")
+        np.testing.assert_array_equal(session.run(None, {{session.get_inputs()[0].name: prompts}})[0], ids)
+        """,
+        cwd=tmp_path,
+    )
