@@ -94,7 +94,10 @@ def load(directory):
         ModelDirectoryError: the directory is missing, lacks a piece, or its
             vocabularies do not match the model; the message says which.
     """
-    import kformer.model  # noqa: F401  (registers the layers before loading)
+    # Register what a saved model refers to before loading it: the layers and
+    # models, and the loss, metric and learning-rate schedule it was compiled with.
+    import kformer.model  # noqa: F401
+    import kformer.training  # noqa: F401
 
     directory = Path(directory)
     if not directory.is_dir():

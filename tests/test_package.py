@@ -56,3 +56,17 @@ def test_training_puts_the_callers_precision_policy_back(tmp_path):
     trained = train_translator(splits, tmp_path / "model", config, verbose=0)
     assert trained.model.get_layer("encoder").compute_dtype == "bfloat16"  # it did train in mixed precision
     assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_a_fresh_program_loads_a_model_directory_with_nothing_imported_first(tmp_path):
+    config = TrainingConfig(
+        d_model=16, num_heads=2, num_layers=1, d_ff=32, source_vocab_size=300, target_vocab_size=300, epochs=1
+    )
+    config.steps_per_epoch, config.jit_compile = 2, False
+    train_translator(builtin_splits(train_size=64, valid_size=8, test_size=8), tmp_path / "model", config, verbose=0)
+    code = """
+    import kformer
+    trained = kformer.load("model")  # registers the layers, loss, metric and schedule it needs
+    print(len(kformer.Translator(trained).translate(["the black cat sleeps"])))
+    """
+    assert run_fresh_python(code, tmp_path).strip() == "1"
