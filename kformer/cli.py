@@ -62,7 +62,8 @@ def _demo(args):
         f"Built-in English->Spanish corpus: {len(splits['train']):,} training pairs, "
         f"{len(splits['test']):,} compositional test pairs (adjective-noun pairs never seen in training)."
     )
-    trained = train_translator(splits, args.out, _config(args, minutes=args.minutes, **DEMO_CONFIG), args.verbose)
+    config = _config(args, minutes=args.minutes, **DEMO_CONFIG)
+    trained = train_translator(splits, args.out, config, args.verbose, overwrite=True)  # a demo reruns from scratch
     result = trained.config["result"]
     print(f"Trained {result['steps']:,} steps in {result['seconds']:.0f} s.")
     _print_scores("held-out test", evaluate(trained, splits["test"]))
@@ -79,12 +80,12 @@ def _train(args):
     config = _config(args)
     if args.task == "lm":
         lines = [t for _, t in _load_pairs("builtin")["train"]] if args.data == "builtin" else read_lines(args.data)
-        summary = train_language_model(lines, args.out, config, args.verbose).config["result"]
+        summary = train_language_model(lines, args.out, config, args.verbose, args.overwrite).config["result"]
         print(f"Training loss {summary.get('loss', float('nan')):.3f}, perplexity {summary['perplexity']:.1f}.")
         print(f'Saved the language model to {args.out}/ (try: kformer generate --model {args.out} "el gato").')
         return
     splits = _load_pairs(args.data)
-    trained = train_translator(splits, args.out, config, args.verbose)
+    trained = train_translator(splits, args.out, config, args.verbose, args.overwrite)
     if splits.get("test"):
         _print_scores("test split", evaluate(trained, splits["test"]))
     print(f"Saved the model directory to {args.out}/.")
@@ -226,6 +227,7 @@ def build_parser():
     )
     train.add_argument("--out", required=True, help="model directory to write; rerun with the same one to resume")
     train.add_argument("--task", choices=TASKS, default="translate", help="lm: decoder-only on text")
+    train.add_argument("--overwrite", action="store_true", help="train a new model over a finished one in --out")
     _add_training_flags(train)
     train.set_defaults(run=_train)
 

@@ -39,7 +39,7 @@ import tensorflow as tf
 
 from kformer.choices import FORMATS, QUANTIZATIONS
 from kformer.generator import Generator
-from kformer.model_dir import TrainedModel, load
+from kformer.model_dir import TrainedModel, load, umask
 from kformer.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.translator import Translator, padded_tokens
 
@@ -287,6 +287,7 @@ def export(
     else:
         endpoints = _GeneratorEndpoints(Generator(trained, max_new_tokens=max_new_tokens))
     staging = Path(tempfile.mkdtemp(dir=out.resolve().parent, prefix=f".{out.name}.partial-"))
+    os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 would hide the export from a serving account
 
     def say(message):
         if verbose:

@@ -10,6 +10,7 @@ DIR/config.json         model and training settings, with "kind": "translator"
 
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,12 +29,25 @@ class ModelDirectoryError(ValueError):
     """A model directory that is missing, incomplete or inconsistent."""
 
 
+def umask():
+    """The process's file-creation mask (os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomically(path, write):
-    """Calls write(temporary_path), then renames it to `path`: never a half-written file."""
+    """Calls write(temporary_path), then renames it to `path`: never a half-written file.
+
+    The file gets the user's normal permissions (0666 less the umask), not
+    the 0600 that `mkstemp` creates it with, so a serving process running as
+    another user can read it.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
     os.close(handle)
+    os.chmod(temporary, 0o666 & ~umask())
     try:
         write(temporary)
         os.replace(temporary, path)
@@ -83,6 +97,30 @@ class TrainedModel:
         write_json(directory / CONFIG_FILE, {"kind": self.kind, **self.config})
 
 
+def prepare_output(directory, overwrite=False):
+    """Makes `directory` ready for a training run, refusing to train over a finished model.
+
+    A directory without config.json is new or holds an interrupted run,
+    which training resumes. One with config.json holds a finished model:
+    it is an error unless `overwrite`, which removes what a run writes
+    (config.json first, so the directory never looks complete meanwhile).
+
+    Raises:
+        ModelDirectoryError: a finished model is there and `overwrite` is False.
+    """
+    directory = Path(directory)
+    if not (directory / CONFIG_FILE).is_file():
+        return
+    if not overwrite:
+        raise ModelDirectoryError(
+            f"{directory}: already holds a trained model; choose another --out, "
+            "or pass --overwrite to train a new one in its place."
+        )
+    for name in (CONFIG_FILE, MODEL_FILE, SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, "learning_curves.png"):
+        (directory / name).unlink(missing_ok=True)
+    shutil.rmtree(directory / "training", ignore_errors=True)
+
+
 def _embedding_rows(model, layer_name):
     return model.get_layer(layer_name).embedding.vocab_size
 
@@ -111,9 +149,16 @@ def load(directory):
         config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ModelDirectoryError(f"{directory / CONFIG_FILE}: not valid JSON ({error}).") from None
-    kind = config.get("kind", "translator") if isinstance(config, dict) else None
+    if not isinstance(config, dict):
+        raise ModelDirectoryError(f"{directory / CONFIG_FILE}: must hold a JSON object, not {type(config).__name__}.")
+    kind = config.get("kind", "translator")
     if kind not in KINDS:
         raise ModelDirectoryError(f"{directory / CONFIG_FILE}: unknown model kind {kind!r}; expected one of {KINDS}.")
+    max_length = config.get("max_length", 40)
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
+        raise ModelDirectoryError(
+            f"{directory / CONFIG_FILE}: max_length must be a positive integer, got {max_length!r}."
+        )
     needed = (MODEL_FILE, TARGET_VOCAB_FILE) + ((SOURCE_VOCAB_FILE,) if kind == "translator" else ())
     missing = [name for name in needed if not (directory / name).is_file()]
     if missing:
@@ -122,7 +167,7 @@ def load(directory):
             "was training interrupted? Run `kformer train` again with the same --out to resume."
         )
     try:
-        model = keras.saving.load_model(directory / MODEL_FILE)
+        model = keras.saving.load_model(directory / MODEL_FILE, safe_mode=True)  # no arbitrary code (lambdas)
     except Exception as error:  # noqa: BLE001  (Keras raises many types for a bad file)
         raise ModelDirectoryError(f"{directory / MODEL_FILE}: cannot be loaded as a Keras model ({error}).") from None
     try:

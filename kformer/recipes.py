@@ -16,7 +16,7 @@ import tensorflow as tf
 from kformer import plots
 from kformer.data import DataError, make_dataset
 from kformer.model import build_decoder_only, build_transformer
-from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, TrainedModel, write_atomically
+from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, TrainedModel, prepare_output, write_atomically
 from kformer.text import Tokenizer, build_vocabulary
 from kformer.training import TimeBudget, compile_for_training, fit_across_workers, make_strategy, perplexity
 
@@ -189,7 +189,7 @@ def _is_chief(strategy):
     )
 
 
-def train_translator(splits, out, config=None, verbose=1):
+def train_translator(splits, out, config=None, verbose=1, overwrite=False):
     """Trains an encoder-decoder translator and saves its model directory.
 
     Args:
@@ -197,12 +197,15 @@ def train_translator(splits, out, config=None, verbose=1):
         out: the model directory to write (and to resume from if a run was
             killed: its vocabularies and training/backup are reused).
         config: a `TrainingConfig`.
+        overwrite: train a new model over a finished one in `out` (otherwise
+            that is refused: `ModelDirectoryError`).
 
     Returns:
         The `TrainedModel`, also saved under `out`.
     """
     config = config or TrainingConfig()
     out = Path(out)
+    prepare_output(out, overwrite)
     train_pairs, valid_pairs = splits["train"], splits.get("valid") or []
     if not train_pairs:
         raise DataError("the training split is empty; give more sentence pairs.")
@@ -243,7 +246,7 @@ def read_lines(path):
     return lines
 
 
-def train_language_model(lines, out, config=None, verbose=1):
+def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
     """Trains the decoder-only (GPT-style) model on lines of text with the same recipe.
 
     Each line becomes [START] + tokens -> tokens + [END]. Writes a model
@@ -255,6 +258,7 @@ def train_language_model(lines, out, config=None, verbose=1):
     """
     config = config or TrainingConfig()
     out = Path(out)
+    prepare_output(out, overwrite)
     if not lines:
         raise DataError("no text to train on; give at least one line.")
     with _training_setup(config) as (strategy, _):

@@ -78,3 +78,20 @@ def test_train_a_decoder_only_language_model_on_plain_text(tmp_path, capsys):
     assert "perplexity" in capsys.readouterr().out
     config = json.loads((tmp_path / "lm" / "config.json").read_text())
     assert config["kind"] == "language_model" and config["result"]["steps"] == 3
+
+
+def test_training_twice_into_one_directory_refuses_then_overwrites(tmp_path, capsys):
+    lines = [f"{a} {b}\t{b} {a}" for a in "abcdefgh" for b in "ijklmnop"]
+    data = tmp_path / "pairs.tsv"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "model"
+    tiny = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --max-length 8 --batch-size 16"
+    argv = f"train --data {data} --out {out} --epochs 2 --steps-per-epoch 3 --warmup-steps 10 --no-xla {tiny}".split()
+    assert main(argv) == 0
+    before = (out / "model.keras").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "already holds a trained model" in capsys.readouterr().err
+    assert (out / "model.keras").stat().st_mtime_ns == before  # untouched
+    assert main(argv + ["--overwrite"]) == 0
+    assert (out / "training" / "history.csv").read_text().count("\n") == 3  # a header and one row per epoch

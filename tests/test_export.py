@@ -228,3 +228,17 @@ def test_the_clients_read_reserved_tokens_and_spacing_rules_from_the_manifest(ex
         for pattern, replacement in SPACING_RULES:  # TensorFlow's RE2, as the Translator applies them
             expected = tf.strings.regex_replace(expected, pattern, replacement)
         assert client.space(joined) == expected.numpy().decode(), joined
+
+
+def test_the_export_gets_the_users_normal_permissions(trained, tmp_path):
+    import os
+    import stat
+
+    previous = os.umask(0o022)
+    try:
+        export(trained, tmp_path / "out", formats=("saved_model",), verbose=False)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755  # not mkdtemp's 0700
+    for path in (tmp_path / "out").rglob("*"):
+        assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, path  # readable by group and others

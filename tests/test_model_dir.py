@@ -84,3 +84,47 @@ def test_config_is_written_last_and_atomically(saved, monkeypatch):
     # The old files are intact and no temporary file is left behind.
     assert json.loads((directory / "config.json").read_text()) == config
     assert sorted(p.name for p in directory.iterdir() if p.name.startswith(".")) == []
+
+
+def test_files_get_the_users_normal_permissions(tmp_path):
+    import os
+    import stat
+
+    previous = os.umask(0o022)
+    try:
+        model = build_transformer(len(SOURCE_VOCAB), len(TARGET_VOCAB), d_model=16, num_heads=2, num_layers=1, d_ff=32)
+        TrainedModel(model, Tokenizer(SOURCE_VOCAB), Tokenizer(TARGET_VOCAB), {"max_length": 12}).save(tmp_path / "m")
+    finally:
+        os.umask(previous)
+    for path in (tmp_path / "m").iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path.name  # not mkstemp's 0600
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ([1, 2], "must hold a JSON object"),
+        ({"max_length": "12"}, "max_length must be a positive integer"),
+        ({"max_length": 0}, "max_length must be a positive integer"),
+        ({"kind": "poem"}, "unknown model kind 'poem'"),
+    ],
+)
+def test_config_is_validated_before_use(saved, config, message):
+    _, directory = saved
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelDirectoryError, match=message):
+        load(directory)
+
+
+def test_a_finished_directory_is_not_trained_over_unless_asked(saved):
+    from kformer.model_dir import prepare_output
+
+    _, directory = saved
+    (directory / "training").mkdir()
+    (directory / "training" / "history.csv").write_text("epoch,loss\n0,1.0\n")
+    with pytest.raises(ModelDirectoryError, match="already holds a trained model.*--overwrite"):
+        prepare_output(directory)
+    assert (directory / "config.json").is_file()
+    prepare_output(directory, overwrite=True)
+    assert sorted(p.name for p in directory.iterdir()) == []
+    prepare_output(directory)  # an empty (or interrupted) directory is fine
