@@ -223,7 +223,8 @@ def build_parser():
     train.add_argument(
         "--data",
         required=True,
-        help="a .txt/.tsv/.zip of 'source<TAB>target' lines (with --task lm: text, one passage a line), or 'builtin'",
+        help="a .txt/.tsv/.zip of 'source<TAB>target' lines, two aligned files 'train.en,train.es', "
+        "or 'builtin' (with --task lm: text, one passage a line)",
     )
     train.add_argument("--out", required=True, help="model directory to write; rerun with the same one to resume")
     train.add_argument("--task", choices=TASKS, default="translate", help="lm: decoder-only on text")
@@ -233,7 +234,9 @@ def build_parser():
 
     evaluate = commands.add_parser("evaluate", help="BLEU, chrF and exact match of a model on a pair file")
     evaluate.add_argument("--model", required=True, help="model directory")
-    evaluate.add_argument("--data", required=True, help="a pair file, or 'builtin' for the built-in test split")
+    evaluate.add_argument(
+        "--data", required=True, help="a pair file, 'test.en,test.es', or 'builtin' for the built-in test split"
+    )
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU and exact match")
     evaluate.set_defaults(run=_evaluate)

@@ -5,6 +5,7 @@ pair per line, UTF-8; given as .txt/.tsv or as the .zip it is published in.
 """
 
 import hashlib
+import itertools
 import unicodedata
 import zipfile
 from pathlib import Path
@@ -24,6 +25,13 @@ def _decode(raw, name):
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         raise DataError(f"{name}, line {line}: not UTF-8 text; re-save the file as UTF-8.") from None
+
+
+def _decode_line(raw, path, number):
+    try:
+        return raw.decode("utf-8-sig")  # also drops a byte-order mark
+    except UnicodeDecodeError:
+        raise DataError(f"{path}, line {number}: not UTF-8 text; re-save the file as UTF-8.") from None
 
 
 def _read_text(path):
@@ -53,8 +61,54 @@ def _read_text(path):
         return _decode(archive.read(member), name), name
 
 
+def read_parallel(source_path, target_path):
+    """Reads two aligned plain-text files, one sentence a line: the "Moses" format of OPUS and WMT.
+
+    The files are read together, line by line (never whole into memory);
+    text is NFC-normalised and stripped, and lines blank on both sides are
+    skipped.
+
+    Returns:
+        A list of (source, target) string pairs.
+
+    Raises:
+        DataError: a missing or non-UTF-8 file, a line empty on one side
+            only, or files of different lengths (the message gives both counts).
+    """
+    paths = [Path(source_path), Path(target_path)]
+    for path in paths:
+        if not path.is_file():
+            raise DataError(f"{path}: no such file; give two aligned text files, one sentence a line.")
+    pairs = []
+    with open(paths[0], "rb") as source, open(paths[1], "rb") as target:
+        for number, lines in enumerate(itertools.zip_longest(source, target), start=1):
+            if None in lines:
+                longer = lines.index(None) ^ 1  # the file that still has lines
+                counts = [number - 1, number - 1]
+                counts[longer] += 1 + sum(1 for _ in (source, target)[longer])
+                raise DataError(
+                    f"{paths[0]} has {counts[0]:,} lines but {paths[1]} has {counts[1]:,}; "
+                    "the two files must be aligned line by line."
+                )
+            sides = [
+                unicodedata.normalize("NFC", _decode_line(line, path, number).strip())
+                for line, path in zip(lines, paths, strict=True)
+            ]
+            if not any(sides):
+                continue
+            if not all(sides):
+                empty = paths[sides.index("")]
+                raise DataError(f"{empty}, line {number}: empty, but the other file's line {number} is not.")
+            pairs.append(tuple(sides))
+    if not pairs:
+        raise DataError(f"{paths[0]}, {paths[1]}: hold no sentence pairs.")
+    return pairs
+
+
 def read_pairs(path):
     """Reads sentence pairs from a .txt/.tsv file or a .zip holding one.
+
+    `path` may also name two aligned files, "train.en,train.es" (see `read_parallel`).
 
     Text is NFC-normalised and stripped; a third tab field (attribution) is
     ignored; blank lines are skipped. In an archive, metadata files
@@ -67,6 +121,8 @@ def read_pairs(path):
         DataError: a missing, empty or non-UTF-8 file, or a line without a tab
             or with an empty side; the message names the file and line.
     """
+    if isinstance(path, str) and "," in path and not Path(path).exists():
+        return read_parallel(*path.split(",", 1))
     text, name = _read_text(path)
     pairs = []
     for number, line in enumerate(text.splitlines(), start=1):

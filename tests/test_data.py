@@ -97,3 +97,35 @@ def test_batches_are_padded_with_zeros_to_their_bucket_edge():
     np.testing.assert_array_equal(encoder_tokens.numpy()[order], [[4, 0, 0, 0], [4, 5, 6, 0]])
     np.testing.assert_array_equal(decoder_tokens.numpy()[order], [[START_ID, 5, 0, 0], [START_ID, 6, 5, 0]])
     np.testing.assert_array_equal(labels.numpy()[order], [[5, END_ID, 0, 0], [6, 5, END_ID, 0]])
+
+
+def write_lines(path, lines, encoding="utf-8", ending="\n"):
+    path.write_bytes(ending.join(lines).encode(encoding) + ending.encode())
+    return path
+
+
+def test_two_aligned_files_are_read_as_pairs(tmp_path):
+    english = write_lines(tmp_path / "train.en", ["\ufeffthe cat", "", "the dogs run"], ending="\r\n")
+    spanish = write_lines(tmp_path / "train.es", ["el gato", "", "los perros corren"])
+    assert read_pairs(f"{english},{spanish}") == [("the cat", "el gato"), ("the dogs run", "los perros corren")]
+
+
+def test_files_of_different_lengths_get_both_counts(tmp_path):
+    english = write_lines(tmp_path / "a.en", ["one", "two", "three", "four"])
+    spanish = write_lines(tmp_path / "a.es", ["uno", "dos"])
+    with pytest.raises(DataError, match=r"a.en has 4 lines but .*a.es has 2; the two files must be aligned"):
+        read_pairs(f"{english},{spanish}")
+    with pytest.raises(DataError, match=r"a.es has 2 lines but .*a.en has 4"):
+        read_pairs(f"{spanish},{english}")
+
+
+def test_aligned_files_name_a_bad_line(tmp_path):
+    english = write_lines(tmp_path / "b.en", ["one", "two"])
+    latin1 = write_lines(tmp_path / "b.es", ["uno", "años"], encoding="latin-1")
+    with pytest.raises(DataError, match=r"b.es, line 2: not UTF-8 text"):
+        read_pairs(f"{english},{latin1}")
+    one_sided = write_lines(tmp_path / "c.es", ["uno", ""])
+    with pytest.raises(DataError, match=r"c.es, line 2: empty, but the other file's line 2 is not"):
+        read_pairs(f"{english},{one_sided}")
+    with pytest.raises(DataError, match="missing.es: no such file"):
+        read_pairs(f"{english},{tmp_path / 'missing.es'}")

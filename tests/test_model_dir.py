@@ -1,6 +1,7 @@
 """Model directories: save, load, and what a broken one says."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,6 +85,23 @@ def test_config_is_written_last_and_atomically(saved, monkeypatch):
     # The old files are intact and no temporary file is left behind.
     assert json.loads((directory / "config.json").read_text()) == config
     assert sorted(p.name for p in directory.iterdir() if p.name.startswith(".")) == []
+
+
+def test_config_json_is_the_last_file_put_in_place(saved, monkeypatch, tmp_path):
+    import kformer.model_dir
+
+    trained, _ = saved
+    placed = []
+    real_replace = kformer.model_dir.os.replace
+
+    def recording_replace(source, destination):
+        placed.append(Path(destination).name)
+        real_replace(source, destination)
+
+    monkeypatch.setattr(kformer.model_dir.os, "replace", recording_replace)
+    trained.save(tmp_path / "fresh")
+    assert placed[-1] == "config.json" and placed.count("config.json") == 1
+    assert {"model.keras", "source_vocab.txt", "target_vocab.txt"} <= set(placed[:-1])
 
 
 def test_files_get_the_users_normal_permissions(tmp_path):
