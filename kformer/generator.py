@@ -36,9 +36,8 @@ class Generator(tf.Module):
             re-runs the model over the whole prefix at every step.
 
     Example:
-    >>> generator = Generator("lm-demo", temperature=0.8, top_k=20, seed=1)
-    >>> generator.generate(["el gato"])
-    ['negro duerme en el jardín']
+    >>> generator = Generator("lm", temperature=0.8, top_k=20, seed=1)  # from `kformer train --task lm`
+    >>> continuations = generator.generate(["el gato"])  # one string per prompt, without the prompt
     """
 
     def __init__(

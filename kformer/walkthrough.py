@@ -2,7 +2,8 @@
 
 `kformer walkthrough` prints these so a learner can hold the seed in one
 hand and the numbers in the other: every value printed in the seed comes out
-of `scaled_dot_product_attention` and `MultiHeadSelfAttention`.
+of kformer's code: `MultiHeadSelfAttention` (its projections and output), the
+attention core (`attention_scores`) and the stages of `kformer.mvp`.
 """
 
 import keras

@@ -12,7 +12,7 @@ from kformer import Generator
 from kformer.cli import main
 from kformer.model_dir import TrainedModel
 from kformer.recipes import TrainingConfig, train_language_model
-from kformer.text import END_ID, PAD_ID, START_ID, Tokenizer
+from kformer.text import PAD_ID, START_ID, Tokenizer
 
 LETTERS = list(string.ascii_lowercase)
 PROMPTS = ["c d e", "a", "m n o p q r", "h i"]
@@ -101,12 +101,17 @@ def test_the_same_seed_gives_the_same_sample_and_another_seed_another(random_lm)
 
 
 def test_generation_stops_at_the_stop_token_and_the_budget(random_lm):
-    generator = Generator(random_lm, max_new_tokens=5)
-    output = to_numpy(generator.generate_ids(tf.constant([[5, 6]], tf.int32)))
-    assert output.shape == (1, 5)
-    row = list(output[0])
-    if END_ID in row:
-        assert all(t == PAD_ID for t in row[row.index(END_ID) + 1 :])
+    prompt = tf.constant([[5, 6]], tf.int32)
+    unlimited = Generator(random_lm, max_new_tokens=6, stop_token="[UNK]")  # a random model's greedy run
+    full = [int(t) for t in to_numpy(unlimited.generate_ids(prompt))[0]]
+    assert PAD_ID not in full[:3], full  # at least three tokens written, so the cuts below are real
+    short = Generator(random_lm, max_new_tokens=3, stop_token="[UNK]")
+    assert [int(t) for t in to_numpy(short.generate_ids(prompt))[0]] == full[:3]
+    # Stop at the first token of the run that was not written before it (never the first one).
+    at = next(i for i in range(1, 6) if full[i] not in full[:i])
+    assert at < 5  # so stopping there must change the output
+    stopping = Generator(random_lm, max_new_tokens=6, stop_token=random_lm.target_tokenizer.vocabulary[full[at]])
+    assert [int(t) for t in to_numpy(stopping.generate_ids(prompt))[0]] == full[: at + 1] + [PAD_ID] * (5 - at)
 
 
 @pytest.mark.parametrize(
