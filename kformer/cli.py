@@ -28,7 +28,7 @@ def _load_pairs(data):
     from kformer.corpus import builtin_splits
     from kformer.data import read_pairs, split_pairs
 
-    return builtin_splits() if data == "builtin" else split_pairs(read_pairs(data))
+    return builtin_splits() if data == "builtin" else split_pairs(read_pairs(data, verbose=1))
 
 
 def _config(args, **overrides):
@@ -138,10 +138,19 @@ def _generate(args):
 
 
 def _stdin_batches(batch_size):
-    """Lines of stdin in batches, so a long stream is translated as it arrives."""
+    """Lines of stdin in batches, so a long stream is translated as it arrives.
+
+    Every line gives one output line: a line that is not UTF-8 is read with
+    its bad bytes as U+FFFD, and stderr says which line it was.
+    """
     batch = []
-    for line in sys.stdin:
-        batch.append(line.rstrip("\n"))
+    for number, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError:
+            line = raw.decode("utf-8", errors="replace")
+            print(f"kformer: stdin line {number} is not UTF-8; its bad bytes were read as U+FFFD.", file=sys.stderr)
+        batch.append(line.rstrip("\r\n"))
         if len(batch) == batch_size:
             yield batch
             batch = []
@@ -196,7 +205,13 @@ def _add_training_flags(parser):
     group.add_argument("--batch-size", dest="batch_size", type=int)
     group.add_argument("--label-smoothing", dest="label_smoothing", type=float)
     group.add_argument("--warmup-steps", dest="warmup_steps", type=int)
+    group.add_argument(
+        "--learning-rate-scale", dest="learning_rate_scale", type=float, help="multiplies the schedule's rate"
+    )
     group.add_argument("--clipnorm", type=float, help="clip each gradient to this global norm")
+    group.add_argument(
+        "--backup-steps", dest="backup_steps", type=int, help="steps between resumable backups (default: 500)"
+    )
     group.add_argument("--steps-per-epoch", dest="steps_per_epoch", type=int)
     group.add_argument("--seed", type=int)
     group.add_argument("--strategy", choices=STRATEGIES)
@@ -320,12 +335,23 @@ def main(argv=None):
     from kformer.data import DataError
     from kformer.export import ExportError
     from kformer.model_dir import ModelDirectoryError
+    from kformer.training import TrainingDiverged, TrainingInterrupted
 
     try:
         args.run(args)
     except (DataError, ModelDirectoryError, ExportError, _UsageError) as error:
         print(f"kformer {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as stop:
+        print(f"kformer {args.command}: {stop}", file=sys.stderr)
+        return 130
+    except TrainingDiverged as error:
+        print(f"kformer {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # disk full, permissions: what the system said, and where
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"kformer {args.command}: error: {where}{error.strerror or error}.", file=sys.stderr)
+        return 1
     return 0
 
 

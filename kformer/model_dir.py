@@ -109,6 +109,15 @@ def prepare_output(directory, overwrite=False):
         ModelDirectoryError: a finished model is there and `overwrite` is False.
     """
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ModelDirectoryError(f"{directory}: is a file, not a directory; choose another --out.")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as error:
+        raise ModelDirectoryError(
+            f"{directory}: cannot write there ({error.strerror}); choose a directory you can write to."
+        ) from None
     if not (directory / CONFIG_FILE).is_file():
         return
     if not overwrite:
@@ -119,6 +128,24 @@ def prepare_output(directory, overwrite=False):
     for name in (CONFIG_FILE, MODEL_FILE, SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, "learning_curves.png"):
         (directory / name).unlink(missing_ok=True)
     shutil.rmtree(directory / "training", ignore_errors=True)
+
+
+def require_space(directory, model):
+    """Refuses to start a run that the disk under `directory` cannot hold.
+
+    A run writes about 8 copies of the weights: model.keras, the best
+    weights, and the backup with Adam's two moments (twice while replacing it).
+
+    Raises:
+        ModelDirectoryError: less free space than that; the message gives both sizes.
+    """
+    needed = 8 * 4 * model.count_params()
+    free = shutil.disk_usage(directory).free
+    if free < needed:
+        raise ModelDirectoryError(
+            f"{directory}: {free / 2**20:,.0f} MiB free, but training this model writes about "
+            f"{needed / 2**20:,.0f} MiB; free some space or choose another --out."
+        )
 
 
 def _embedding_rows(model, layer_name):

@@ -6,6 +6,7 @@ The CLI is a thin layer over these; notebooks and scripts call them directly.
 import contextlib
 import dataclasses
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +17,17 @@ import tensorflow as tf
 from kformer import plots
 from kformer.data import DataError, make_dataset
 from kformer.model import build_decoder_only, build_transformer
-from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, TrainedModel, prepare_output, write_atomically
+from kformer.model_dir import (
+    SOURCE_VOCAB_FILE,
+    TARGET_VOCAB_FILE,
+    ModelDirectoryError,
+    TrainedModel,
+    prepare_output,
+    require_space,
+    write_atomically,
+)
 from kformer.text import Tokenizer, build_vocabulary
-from kformer.training import TimeBudget, compile_for_training, fit_across_workers, make_strategy, perplexity
+from kformer.training import Backup, TimeBudget, compile_for_training, fit_across_workers, make_strategy, perplexity
 
 
 @dataclass
@@ -44,6 +53,7 @@ class TrainingConfig:
     minutes: float | None = None
     steps_per_epoch: int | None = None
     patience: int = 5
+    backup_steps: int = 500
     seed: int = 0
     jit_compile: bool = True
     strategy: str = "default"
@@ -110,10 +120,9 @@ def _build(strategy, config, builder, *vocab_sizes):
     return model
 
 
-def _callbacks(out, config, validation, budget):
+def _callbacks(out, config, validation, budget, backup):
     training_dir = out / "training"
     callbacks = [
-        keras.callbacks.BackupAndRestore(str(training_dir / "backup")),
         keras.callbacks.CSVLogger(str(training_dir / "history.csv"), append=True),
         keras.callbacks.TensorBoard(str(training_dir / "logs"), update_freq=100),
     ]
@@ -126,7 +135,7 @@ def _callbacks(out, config, validation, budget):
         ]
     if budget is not None:
         callbacks.append(budget)
-    return callbacks
+    return callbacks + [backup]  # last: an epoch is logged before a Ctrl-C stops the run there
 
 
 def _epochs(config):
@@ -138,17 +147,29 @@ def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
     """model.fit under the epoch count or the wall-clock budget; returns (history, summary)."""
     if config.strategy == "multiworker":
         return _fit_across_workers(model, train, steps_per_epoch, config, verbose)
-    budget = TimeBudget(config.minutes) if config.minutes else None
+    backup = Backup(out / "training" / "backup", config.backup_steps)
+    try:
+        initial_epoch = backup.restore(model)
+    except ValueError:  # Keras: the saved weights do not fit this model
+        raise ModelDirectoryError(
+            f"{out}: holds an interrupted run of a model of another shape; resume it with the settings it "
+            "was started with, or choose another --out."
+        ) from None
+    if initial_epoch and verbose:
+        print(f"Resuming the interrupted run in {out} at epoch {initial_epoch + 1}.", flush=True)
+    budget = TimeBudget(config.minutes, backup.seconds) if config.minutes else None
     started = time.perf_counter()
-    history = model.fit(
-        train,
-        validation_data=valid,
-        epochs=_epochs(config),
-        steps_per_epoch=steps_per_epoch,
-        callbacks=_callbacks(out, config, valid is not None, budget),
-        shuffle=False,  # the dataset shuffles itself
-        verbose=verbose,
-    )
+    with backup.guard_interrupts():
+        history = model.fit(
+            train,
+            validation_data=valid,
+            epochs=_epochs(config),
+            initial_epoch=initial_epoch,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=_callbacks(out, config, valid is not None, budget, backup),
+            shuffle=False,  # the dataset shuffles itself
+            verbose=verbose,
+        )
     seconds = time.perf_counter() - started
     steps = int(model.optimizer.iterations.numpy())
     summary = {
@@ -213,6 +234,7 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
         source = _vocabulary(out / SOURCE_VOCAB_FILE, [s for s, _ in train_pairs], config.source_vocab_size, verbose)
         target = _vocabulary(out / TARGET_VOCAB_FILE, [t for _, t in train_pairs], config.target_vocab_size, verbose)
         model = _build(strategy, config, build_transformer, source.vocab_size, target.vocab_size)
+        require_space(out, model)
         batches = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
         train = make_dataset(train_pairs, source, target, repeat=True, **batches)
         valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches) if valid_pairs else None
@@ -228,6 +250,7 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
     trained = TrainedModel(model, source, target, {**config_json, "result": summary})
     if _is_chief(strategy):
         trained.save(out)
+        shutil.rmtree(out / "training" / "backup", ignore_errors=True)  # the finished model replaces it
     return trained
 
 
@@ -264,6 +287,7 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
     with _training_setup(config) as (strategy, _):
         tokenizer = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose)
         model = _build(strategy, config, build_decoder_only, tokenizer.vocab_size)
+        require_space(out, model)
         # A language model is a translator from nothing: reuse the pair pipeline
         # with an empty source and keep only the decoder side.
         pairs = [("", line) for line in lines]
@@ -283,4 +307,5 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
     trained = TrainedModel(model, None, tokenizer, {**config_json, "result": summary})
     if _is_chief(strategy):
         trained.save(out)
+        shutil.rmtree(out / "training" / "backup", ignore_errors=True)  # the finished model replaces it
     return trained

@@ -4,8 +4,14 @@ Follows the paper (section 5): Adam(0.9, 0.98, 1e-9) with a warmup then
 inverse-square-root learning rate, label smoothing 0.1, dropout 0.1.
 """
 
+import contextlib
+import json
 import math
+import os
+import signal
+import threading
 import time
+from pathlib import Path
 
 import keras
 import tensorflow as tf
@@ -117,21 +123,21 @@ def make_optimizer(d_model, warmup_steps=4000, learning_rate_scale=1.0, clipnorm
 
 
 class TimeBudget(keras.callbacks.Callback):
-    """Stops training once `minutes` of wall-clock time have passed.
+    """Stops training once `minutes` of wall-clock time have passed (`spent_seconds` of them before a resume).
 
     Checked after every batch; records the steps actually run, since Keras's
     per-epoch ms/step is divided by the epoch's nominal length.
     """
 
-    def __init__(self, minutes):
+    def __init__(self, minutes, spent_seconds=0.0):
         super().__init__()
         self.seconds = minutes * 60.0
         self.steps = 0
-        self.elapsed = 0.0
+        self.elapsed = spent_seconds
         self.expired = False
 
     def on_train_begin(self, logs=None):
-        self._start = time.perf_counter()
+        self._start = time.perf_counter() - self.elapsed
 
     def on_train_batch_end(self, batch, logs=None):
         self.steps += 1
@@ -139,6 +145,141 @@ class TimeBudget(keras.callbacks.Callback):
         if self.elapsed >= self.seconds:
             self.expired = True
             self.model.stop_training = True
+
+
+class TrainingStopped(RuntimeError):
+    """Training stopped before its end; the message says why and how to go on."""
+
+
+class TrainingInterrupted(TrainingStopped):
+    """Ctrl-C: the state was saved and the same command resumes it."""
+
+
+class TrainingDiverged(TrainingStopped):
+    """The loss became NaN or infinite; the backup keeps the last good weights."""
+
+
+class Backup(keras.callbacks.Callback):
+    """A resumable copy of a training run, and the run's guard against losing it.
+
+    Every `every_steps` steps and at each epoch's end it writes, each file
+    atomically (a killed process leaves the previous copy whole), the weights
+    with the optimizer's state (latest.weights.h5) and where the run was
+    (state.json: epoch, step, seconds spent). `restore` puts a run back
+    before `fit`; an epoch cut short is run again from its start.
+
+    It also guards the run, inside `guard_interrupts()`:
+    - Ctrl-C (SIGINT) saves at the end of the current step and raises
+      `TrainingInterrupted` (a second Ctrl-C stops at once, unsaved);
+    - a non-finite loss raises `TrainingDiverged` without saving, and no
+      weights are saved unless all are finite, so the copy on disk is the
+      last good state.
+
+    Args:
+        directory: where the copy lives (created when first needed).
+        every_steps: steps between copies, besides each epoch's end.
+    """
+
+    def __init__(self, directory, every_steps=500):
+        super().__init__()
+        self.directory = Path(directory)
+        self.every_steps = every_steps
+        self.epoch = 0
+        self.seconds = 0.0
+        self._interrupted = False
+        self._started = None
+
+    @property
+    def _weights_path(self):
+        return self.directory / "latest.weights.h5"
+
+    @property
+    def _state_path(self):
+        return self.directory / "state.json"
+
+    def restore(self, model):
+        """Loads a saved run into `model` (built and compiled).
+
+        Returns:
+            The epoch to start at (0 when there is nothing to resume).
+        """
+        if not self._state_path.is_file():
+            return 0
+        state = json.loads(self._state_path.read_text())
+        with model.distribute_strategy.scope():
+            model.optimizer.build(model.trainable_variables)
+        model.load_weights(self._weights_path)
+        self.epoch, self.seconds = state["epoch"], state["seconds"]
+        return self.epoch
+
+    @contextlib.contextmanager
+    def guard_interrupts(self):
+        """Turns the first Ctrl-C into "save at the end of this step and stop" (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def interrupt(signum, frame):
+            self._interrupted = True
+            signal.signal(signal.SIGINT, previous)  # a second Ctrl-C acts at once
+
+        previous = signal.signal(signal.SIGINT, interrupt)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def on_train_begin(self, logs=None):
+        self._started = time.perf_counter() - self.seconds
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = float((logs or {}).get("loss", 0.0))
+        if not math.isfinite(loss):
+            step = int(self.model.optimizer.iterations.numpy())
+            saved = self._saved_step()
+            kept = f"the last good weights are in {self.directory} (step {saved:,})" if saved else "nothing was saved"
+            raise TrainingDiverged(
+                f"the loss became {loss} at step {step:,}; training stopped and {kept}. "
+                "Lower --learning-rate-scale or set --clipnorm and run again with the same --out to go on from there."
+            )
+        if self._interrupted:
+            self._stop(self.epoch)
+        if (batch + 1) % self.every_steps == 0:
+            self.save(self.epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.save(epoch + 1)
+        if self._interrupted:
+            self._stop(epoch + 1)
+
+    def _stop(self, epoch):
+        self.save(epoch)
+        raise TrainingInterrupted(
+            f"interrupted at step {self._saved_step():,}; the run is saved in {self.directory}. "
+            "Run the same command again to resume it."
+        )
+
+    def _saved_step(self):
+        if not self._state_path.is_file():
+            return 0
+        return json.loads(self._state_path.read_text())["step"]
+
+    def save(self, epoch):
+        """Writes the copy, unless a weight is not finite (then the last good copy stays)."""
+        if not all(bool(tf.reduce_all(tf.math.is_finite(w))) for w in self.model.trainable_weights):
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.seconds = time.perf_counter() - self._started
+        state = {"epoch": epoch, "step": int(self.model.optimizer.iterations.numpy()), "seconds": self.seconds}
+        partial = self.directory / "partial.weights.h5"
+        self.model.save_weights(partial)
+        os.replace(partial, self._weights_path)
+        partial = self.directory / "state.json.partial"
+        partial.write_text(json.dumps(state))
+        os.replace(partial, self._state_path)
 
 
 def make_strategy(name="default"):

@@ -1,0 +1,161 @@
+"""Training that is interrupted, killed, diverges or cannot write: nothing is lost, nothing is faked.
+
+The runs train the built-in corpus through the `kformer train` command, in
+subprocesses, so that signals reach a real process. A 1-layer, 32-wide model
+learns that corpus in a few hundred steps, so "as good as an uninterrupted
+run" is a real comparison, not two untrained models.
+"""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+from conftest import REPO
+
+EPOCHS, STEPS_PER_EPOCH, BACKUP_STEPS = 4, 60, 20
+SMALL_RUN = [
+    "--data", "builtin", "--d-model", "32", "--num-heads", "2", "--num-layers", "1", "--d-ff", "64",
+    "--vocab-size", "300", "--warmup-steps", "100", "--steps-per-epoch", str(STEPS_PER_EPOCH),
+]  # fmt: skip
+
+
+def train_command(out, *extra):
+    return [sys.executable, "-m", "kformer", "--quiet", "train", "--out", str(out), *SMALL_RUN, *extra]
+
+
+def start(command):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process, timeout=300):
+    stdout, stderr = process.communicate(timeout=timeout)
+    return process.returncode, stdout, stderr
+
+
+def history(out):
+    with open(out / "training" / "history.csv") as file:
+        return list(csv.DictReader(file))
+
+
+def saved_state(out):
+    return json.loads((out / "training" / "backup" / "state.json").read_text())
+
+
+def wait_for_a_backup(process, out):
+    while not (out / "training" / "backup" / "state.json").exists():
+        assert process.poll() is None, "training ended before its first backup"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("clean") / "model"
+    code, _, stderr = finish(start(train_command(out, "--epochs", str(EPOCHS), "--backup-steps", str(BACKUP_STEPS))))
+    assert code == 0, stderr[-3000:]
+    return out
+
+
+def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_run, tmp_path):
+    rng = np.random.default_rng(7)
+    out = tmp_path / "model"
+    command = train_command(out, "--epochs", str(EPOCHS), "--backup-steps", str(BACKUP_STEPS))
+
+    # Ctrl-C at a random moment: saved, resumable, one clear line, exit status 130.
+    first = start(command)
+    wait_for_a_backup(first, out)
+    time.sleep(rng.uniform(0.0, 2.0))
+    assert first.poll() is None
+    first.send_signal(signal.SIGINT)
+    code, _, stderr = finish(first, timeout=60)
+    assert code == 130, stderr[-3000:]
+    assert "Run the same command again to resume it" in stderr and "Traceback" not in stderr
+    interrupted = saved_state(out)
+    assert not (out / "config.json").exists()
+
+    # SIGKILL at a random later moment: no chance to save; the last backup must do.
+    second = start(command)
+    while saved_state(out)["step"] <= interrupted["step"]:
+        assert second.poll() is None, "the resumed run ended before its next backup"
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 2.0))
+    assert second.poll() is None
+    second.kill()
+    second.wait()
+    killed = saved_state(out)
+    assert not (out / "config.json").exists()
+
+    code, _, stderr = finish(start(command))
+    assert code == 0, stderr[-3000:]
+    result = json.loads((out / "config.json").read_text())["result"]
+    # It went on from the last backup: the epoch cut short by the kill ran again from its start.
+    assert result["steps"] == killed["step"] + (EPOCHS - killed["epoch"]) * STEPS_PER_EPOCH
+    assert killed["step"] > interrupted["step"] > 0
+    assert [row["epoch"] for row in history(out)] == [str(epoch) for epoch in range(EPOCHS)]
+    assert not (out / "training" / "backup").exists()
+
+    clean_loss = float(history(clean_run)[-1]["val_loss"])
+    resumed_loss = float(history(out)[-1]["val_loss"])
+    assert clean_loss < 2.0  # the runs did learn: an untrained model is at ln(300) = 5.7
+    assert resumed_loss <= clean_loss * 1.05
+
+
+def test_a_diverging_run_stops_with_one_message_and_keeps_the_last_good_weights(tmp_path):
+    out = tmp_path / "model"
+    command = train_command(out, "--epochs", "2", "--backup-steps", "5", "--learning-rate-scale", "1e10")
+    code, _, stderr = finish(start(command))
+    assert code == 1
+    assert "the loss became nan at step" in stderr and "Traceback" not in stderr
+    assert not (out / "config.json").exists() and not (out / "model.keras").exists()
+    assert saved_state(out)["step"] >= 5
+    with h5py.File(out / "training" / "backup" / "latest.weights.h5") as weights:
+        arrays = []
+        weights.visititems(lambda name, item: arrays.append(item[()]) if isinstance(item, h5py.Dataset) else None)
+    assert len(arrays) > 10 and all(np.isfinite(array).all() for array in arrays)
+
+
+def test_an_unwritable_out_is_refused_before_training(tmp_path):
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the directory should go")
+    code, _, stderr = finish(start(train_command(blocked / "model", "--epochs", "1")), timeout=120)
+    assert code == 2
+    assert f"{blocked / 'model'}: cannot write there" in stderr and "Traceback" not in stderr
+
+
+def test_too_little_disk_space_is_refused_before_training(tmp_path, monkeypatch):
+    import shutil
+    import types
+
+    from kformer.model_dir import ModelDirectoryError, require_space
+
+    class Model:
+        def count_params(self):
+            return 10_000_000
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=2**20))
+    with pytest.raises(ModelDirectoryError, match=r"1 MiB free, but training this model writes about 305 MiB"):
+        require_space(tmp_path, Model())
+
+
+def test_same_seed_same_weights_and_another_seed_other_weights(tmp_path):
+    from kformer.corpus import builtin_splits
+    from kformer.recipes import TrainingConfig, train_translator
+
+    splits = builtin_splits()
+    config = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, source_vocab_size=300, target_vocab_size=300)
+    config.update(warmup_steps=100, epochs=1, steps_per_epoch=30)  # dropout 0.1: its masks must repeat too
+
+    def weights(name, seed):
+        trained = train_translator(splits, tmp_path / name, TrainingConfig(**config, seed=seed), verbose=0)
+        return trained.model.get_weights()
+
+    first, again, other = weights("first", 3), weights("again", 3), weights("other", 4)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other, strict=True) if a.shape == b.shape)
