@@ -56,17 +56,22 @@ def _read_text(path):
         ]
         if not members:
             raise DataError(f"{path}: the archive holds no .txt or .tsv file of sentence pairs.")
-        member = max(members, key=lambda name: archive.getinfo(name).file_size)
+        if len(members) > 1:
+            raise DataError(
+                f"{path}: the archive holds {len(members)} text files ({', '.join(sorted(members))}); "
+                "unpack it and give the one with the sentence pairs."
+            )
+        (member,) = members
         name = f"{path}:{member}"
         return _decode(archive.read(member), name), name
 
 
-def read_parallel(source_path, target_path):
+def read_parallel(source_path, target_path, verbose=0):
     """Reads two aligned plain-text files, one sentence a line: the "Moses" format of OPUS and WMT.
 
     The files are read together, line by line (never whole into memory);
-    text is NFC-normalised and stripped, and lines blank on both sides are
-    skipped.
+    text is NFC-normalised and stripped, lines blank on both sides are
+    skipped and duplicate pairs kept (with `verbose`, a line counts them).
 
     Returns:
         A list of (source, target) string pairs.
@@ -79,7 +84,7 @@ def read_parallel(source_path, target_path):
     for path in paths:
         if not path.is_file():
             raise DataError(f"{path}: no such file; give two aligned text files, one sentence a line.")
-    pairs = []
+    pairs, blank = [], 0
     with open(paths[0], "rb") as source, open(paths[1], "rb") as target:
         for number, lines in enumerate(itertools.zip_longest(source, target), start=1):
             if None in lines:
@@ -95,6 +100,7 @@ def read_parallel(source_path, target_path):
                 for line, path in zip(lines, paths, strict=True)
             ]
             if not any(sides):
+                blank += 1
                 continue
             if not all(sides):
                 empty = paths[sides.index("")]
@@ -102,17 +108,28 @@ def read_parallel(source_path, target_path):
             pairs.append(tuple(sides))
     if not pairs:
         raise DataError(f"{paths[0]}, {paths[1]}: hold no sentence pairs.")
+    if verbose:
+        duplicates = len(pairs) - len(set(pairs))
+        print(
+            f"Read {len(pairs):,} pairs from {paths[0]} and {paths[1]} ({blank:,} blank lines skipped, "
+            f"{duplicates:,} duplicate pairs kept).",
+            flush=True,
+        )
     return pairs
 
 
-def read_pairs(path):
+def read_pairs(path, verbose=0):
     """Reads sentence pairs from a .txt/.tsv file or a .zip holding one.
 
     `path` may also name two aligned files, "train.en,train.es" (see `read_parallel`).
 
-    Text is NFC-normalised and stripped; a third tab field (attribution) is
-    ignored; blank lines are skipped. In an archive, metadata files
-    (`_about.txt`) are ignored and the largest text file is read.
+    Text is NFC-normalised and stripped (a byte-order mark and CRLF line
+    ends are fine); fields after the second tab (Tatoeba's attribution) are
+    ignored; blank lines are skipped; duplicate pairs are kept (they are
+    how often a translation occurs, and `split_pairs` keeps every copy of a
+    source on one side). With `verbose`, a line says how many of each there were.
+    In an archive, operating-system and metadata files (`__MACOSX/`, `._*`,
+    `_about.txt`) are ignored; it must hold exactly one other text file.
 
     Returns:
         A list of (source, target) string pairs.
@@ -122,13 +139,15 @@ def read_pairs(path):
             or with an empty side; the message names the file and line.
     """
     if isinstance(path, str) and "," in path and not Path(path).exists():
-        return read_parallel(*path.split(",", 1))
+        return read_parallel(*path.split(",", 1), verbose=verbose)
     text, name = _read_text(path)
-    pairs = []
+    pairs, blank, extra_fields = [], 0, 0
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
+            blank += 1
             continue
         fields = line.split("\t")
+        extra_fields += len(fields) > 2
         if len(fields) < 2:
             raise DataError(f"{name}, line {number}: no tab; each line must be 'source<TAB>target'.")
         source, target = (unicodedata.normalize("NFC", field.strip()) for field in fields[:2])
@@ -138,6 +157,13 @@ def read_pairs(path):
         pairs.append((source, target))
     if not pairs:
         raise DataError(f"{name}: holds no sentence pairs.")
+    if verbose:
+        duplicates = len(pairs) - len(set(pairs))
+        print(
+            f"Read {len(pairs):,} pairs from {name} ({blank:,} blank lines skipped, {duplicates:,} duplicate "
+            f"pairs kept, fields after the second tab ignored on {extra_fields:,} lines).",
+            flush=True,
+        )
     return pairs
 
 

@@ -50,6 +50,55 @@ def test_bad_files_get_one_clear_message(tmp_path, name, content, message):
         read_pairs(path)
 
 
+def test_crlf_bom_blank_lines_extra_fields_and_duplicates_are_read_and_counted(tmp_path, capsys):
+    text = "\ufeffGo.\tVe.\r\n\r\n   \r\nGo.\tVe.\tCC-BY 2.0\r\nHi.\tHola.\tCC-BY\textra\r\n"
+    path = write(tmp_path, "windows.txt", text)
+    assert read_pairs(path, verbose=1) == [("Go.", "Ve."), ("Go.", "Ve."), ("Hi.", "Hola.")]
+    assert (
+        "Read 3 pairs from" in (said := capsys.readouterr().out)
+        and "(2 blank lines skipped, 1 duplicate pairs kept, fields after the second tab ignored on 2 lines)" in said
+    )
+
+
+def test_aligned_files_count_what_they_skip(tmp_path, capsys):
+    english = write_lines(tmp_path / "d.en", ["one", "", "one"])
+    spanish = write_lines(tmp_path / "d.es", ["uno", "", "uno"])
+    assert read_pairs(f"{english},{spanish}", verbose=1) == [("one", "uno"), ("one", "uno")]
+    assert "(1 blank lines skipped, 1 duplicate pairs kept)" in capsys.readouterr().out
+
+
+def test_a_directory_is_not_a_pair_file(tmp_path):
+    with pytest.raises(DataError, match=f"{tmp_path}: is a directory; give a .txt, .tsv or .zip file"):
+        read_pairs(tmp_path)
+
+
+def test_a_zip_made_on_a_mac_reads_its_one_text_file(tmp_path):
+    path = tmp_path / "pairs.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("__MACOSX/pairs/._spa.txt", b"\x00\x05\x16\x07 resource fork, not text" * 50)
+        archive.writestr("pairs/._spa.txt", b"\x00\x05\x16\x07" * 200)
+        archive.writestr("pairs/_about.txt", "About this file. " * 100)
+        archive.writestr("pairs/spa.txt", "Run!\t¡Corre!\n")
+    assert read_pairs(path) == [("Run!", "¡Corre!")]
+
+
+def test_a_zip_with_several_text_files_names_them(tmp_path):
+    path = tmp_path / "two.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("spa.txt", "Run!\t¡Corre!\n")
+        archive.writestr("fra.txt", "Run!\tCours !\n")
+    with pytest.raises(DataError, match=r"two.zip: the archive holds 2 text files \(fra.txt, spa.txt\); unpack it"):
+        read_pairs(path)
+
+
+def test_a_latin1_file_inside_a_zip_names_the_line(tmp_path):
+    path = tmp_path / "old.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("spa.txt", "Hi.\tHola.\n\nBoy.\tNi\xf1o.\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"old.zip:spa.txt, line 3: not UTF-8 text; re-save the file as UTF-8"):
+        read_pairs(path)
+
+
 def test_zip_without_a_text_file(tmp_path):
     path = tmp_path / "nothing.zip"
     with zipfile.ZipFile(path, "w") as archive:
