@@ -19,6 +19,8 @@ from wordpiece import WordPiece, pad_batch  # noqa: E402
 
 
 def translate(export_dir, sentences):
+    if not sentences:
+        return []
     export_dir = Path(export_dir)
     max_length = json.loads((export_dir / "manifest.json").read_text())["max_length"]
     source = WordPiece(export_dir / "source_vocab.txt")

@@ -29,6 +29,8 @@ def run_signature(interpreter, **inputs):
 
 
 def translate_ids(export_dir, sentences, model="translate_ids.tflite"):
+    if not sentences:
+        return []
     export_dir = Path(export_dir)
     max_length = json.loads((export_dir / "manifest.json").read_text())["max_length"]
     source = WordPiece(export_dir / "source_vocab.txt")

@@ -120,5 +120,5 @@ class WordPiece:
 def pad_batch(rows, max_length, pad=0):
     """Token id lists -> a rectangular list of lists, cut to max_length and padded with `pad` ([PAD]'s id)."""
     rows = [row[:max_length] for row in rows]
-    width = max(1, max(len(row) for row in rows))
+    width = max(1, max((len(row) for row in rows), default=0))
     return [row + [pad] * (width - len(row)) for row in rows]

@@ -194,11 +194,29 @@ class _Job:
             shutil.rmtree(self._id_archive)
 
 
+def _shape_checked(endpoint):
+    """`endpoint` checking its input's rank first: a SavedModel signature (and TF Serving) passes any shape.
+
+    Without it a rank-1 `encoder_tokens` fails deep in the decoder ("Index out
+    of range using input dim 1"); with it the error names the input and the shape it needs.
+    """
+    (spec,) = endpoint.input_signature
+
+    @tf.function(input_signature=[spec])
+    def checked(tensor):
+        return endpoint(tf.ensure_shape(tensor, spec.shape))
+
+    return checked
+
+
 def _write_saved_model(job):
     job.say("Writing the SavedModel for TF Serving ...")
     endpoints = job.endpoints
     serving = job.staging / "saved_model" / job.name / str(job.version)
-    signatures = {"serving_default": endpoints.serve_texts, endpoints.ids_name: endpoints.serve_ids}
+    signatures = {
+        "serving_default": _shape_checked(endpoints.serve_texts),
+        endpoints.ids_name: _shape_checked(endpoints.serve_ids),
+    }
     tf.saved_model.save(endpoints, str(serving), signatures=signatures)
     _serving_files(job.staging / "serving", job.name, endpoints)
 

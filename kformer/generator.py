@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from kformer.decoding import _step_function, continue_prompts, sampler
 from kformer.model_dir import TrainedModel, load
-from kformer.text import END
+from kformer.text import END, utf8_batch
 from kformer.translator import padded_tokens
 
 
@@ -90,8 +90,8 @@ class Generator(tf.Module):
         return continue_prompts(step, state, prompt_tokens, self.max_new_tokens, self._choose, self.stop_id)
 
     def generate(self, prompts):
-        """Python strings in, continuations (Python strings) out."""
-        prompts = list(prompts)
+        """Python strings in, continuations (Python strings) out, one for each."""
+        prompts = utf8_batch(prompts)
         if not prompts:
             return []
         return [text.decode("utf-8") for text in self(tf.constant(prompts, tf.string)).numpy()]

@@ -131,3 +131,22 @@ class Tokenizer(tf.Module):
     def load(cls, path):
         with open(path, encoding="utf-8") as f:
             return cls(f.read().splitlines())
+
+
+def utf8_batch(texts):
+    """A list of Python strings -> their UTF-8 bytes, what a tf.string batch is made of.
+
+    Characters UTF-8 cannot encode (lone surrogates, as from a file read
+    with errors="surrogateescape") become "?".
+
+    Raises:
+        TypeError: `texts` is one string rather than a list of them, or holds something else.
+    """
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"give a list of strings, not one string: wrap it as [{texts!r:.40}].")
+    batch = []
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts must be strings; item {index} is a {type(text).__name__}: {text!r:.50}.")
+        batch.append(text.encode("utf-8", errors="replace"))
+    return batch

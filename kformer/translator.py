@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from kformer.decoding import decode
 from kformer.model_dir import TrainedModel, load
+from kformer.text import utf8_batch
 
 EXTRA_OUTPUT_TOKENS = 50
 
@@ -75,8 +76,11 @@ class Translator(tf.Module):
         return decode(self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, self.use_cache)
 
     def translate(self, sentences, batch_size=64):
-        """Python strings in, Python strings out, batched by similar length."""
-        sentences = list(sentences)
+        """Python strings in, Python strings out (one for each), batched by similar length.
+
+        Characters UTF-8 cannot encode (lone surrogates) are read as "?".
+        """
+        sentences = utf8_batch(sentences)
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
         translations = [""] * len(sentences)
         for start in range(0, len(order), batch_size):

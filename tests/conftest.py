@@ -83,3 +83,22 @@ def copy_task_model():
     compile_for_training(model, 32, label_smoothing=0.0, warmup_steps=200)
     model.fit([source, decoder_tokens], labels, batch_size=32, epochs=1, verbose=0)
     return kformer.TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})
+
+
+# Text that has broken translators: every entry point must give one translation each, or one clear error.
+ODD_TEXTS = {
+    "empty": "",
+    "whitespace only": " \t  ",
+    "10,000 characters": "a b c " * 1_667,
+    "1,000,000 characters": "d e f g " * 125_000,
+    "one 10,000-letter word": "ab" * 5_000,
+    "NUL bytes": "a\x00b\x00",
+    "control characters": "\x1b[31mc\x07\x7f",
+    "newline inside": "a b\nc d",
+    "right-to-left (Arabic, Hebrew)": "مرحبا بالعالم שלום",
+    "emoji with joiners and skin tones": "a 🐈‍⬛ b 👍🏽 👨‍👩‍👧",
+    "combining marks": "a\u0301 e\u0308\u0323 n\u0303",
+    "zero-width characters": "a\u200bb\u200c c\u200d\ufeff",
+    "CJK without spaces": "我喜欢猫和狗",
+    "replacement character": "\ufffd\ufffd",
+}

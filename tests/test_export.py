@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, copy_task_model, run_fresh_python, to_numpy
+from conftest import ODD_TEXTS, REPO, copy_task_model, run_fresh_python, to_numpy
 
 from kformer import Translator
 from kformer.cli import main
@@ -242,3 +242,55 @@ def test_the_export_gets_the_users_normal_permissions(trained, tmp_path):
     assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755  # not mkdtemp's 0700
     for path in (tmp_path / "out").rglob("*"):
         assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, path  # readable by group and others
+
+
+def test_every_runtime_gives_keras_translation_of_each_odd_text(trained, exported):
+    sys.path.insert(0, str(REPO / "export"))
+    import onnx_client
+    import tflite_client
+
+    out, _ = exported
+    texts = list(ODD_TEXTS.values())
+    expected = Translator(trained).translate(texts)
+    loaded = tf.saved_model.load(str(out / "saved_model" / "kformer" / "1"))
+    serving = loaded.signatures["serving_default"]
+    runtimes = {
+        "SavedModel": lambda batch: [
+            t.decode() for t in serving(texts=tf.constant(batch, tf.string))["translations"].numpy()
+        ],
+        "TFLite ids": lambda batch: tflite_client.translate_ids(out, batch),
+        "TFLite strings": lambda batch: tflite_client.translate_strings(out, batch),
+        "ONNX": lambda batch: onnx_client.translate(out, batch),
+    }
+    for name, translate in runtimes.items():
+        assert translate(texts) == expected, name
+        assert translate([]) == [], name
+
+
+@pytest.mark.parametrize(
+    "tokens, message",
+    [
+        (tf.constant([[4.0, 5.0]]), "int32"),
+        (tf.constant([4, 5]), r"Shape of tensor encoder_tokens \[2\] is not compatible with expected shape \[\?,\?\]"),
+        (tf.constant([[4, 5]], tf.int64), "int32"),
+    ],
+)
+def test_wrong_dtypes_and_shapes_at_the_saved_model_are_refused(exported, tokens, message):
+    out, _ = exported
+    signature = tf.saved_model.load(str(out / "saved_model" / "kformer" / "1")).signatures["translate_ids"]
+    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError), match=message):
+        signature(encoder_tokens=tokens)
+
+
+def test_wrong_dtypes_at_the_tflite_and_onnx_models_are_refused(exported):
+    import onnxruntime
+    from ai_edge_litert.interpreter import Interpreter
+
+    out, _ = exported
+    floats = np.array([[4.0, 5.0]], np.float32)
+    runner = Interpreter(model_path=str(out / "tflite" / "translate_ids.tflite")).get_signature_runner()
+    with pytest.raises(ValueError, match="expected type INT32"):
+        runner(encoder_tokens=floats)
+    session = onnxruntime.InferenceSession(str(out / "onnx" / "translate_ids.onnx"))
+    with pytest.raises(Exception, match=r"expected: \(tensor\(int32\)\)"):
+        session.run(None, {session.get_inputs()[0].name: floats})

@@ -1,0 +1,92 @@
+"""Odd text at the Python API and the command line: one translation per input, or one clear error.
+
+The exported runtimes get the same texts in test_export.py.
+"""
+
+import io
+import sys
+
+import pytest
+from conftest import ODD_TEXTS, copy_task_model
+
+from kformer import Translator
+from kformer.cli import main
+from kformer.text import utf8_batch
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return copy_task_model()
+
+
+@pytest.fixture(scope="module")
+def translator(trained):
+    return Translator(trained)
+
+
+@pytest.fixture(scope="module")
+def model_dir(trained, tmp_path_factory):
+    out = tmp_path_factory.mktemp("odd") / "model"
+    trained.save(out)
+    return out
+
+
+def test_each_odd_text_gets_one_translation_whatever_its_batch(translator):
+    texts = list(ODD_TEXTS.values())
+    together = translator.translate(texts)
+    assert len(together) == len(texts) and all(isinstance(t, str) for t in together)
+    # Padding and batching must not leak between sentences: alone, each gives the same.
+    assert [translator.translate([text])[0] for text in texts] == together
+    assert together[0] == together[1] == ""  # nothing in, nothing out
+    assert together[2] == translator.translate(["a b c " * 30])[0]  # only the first max_length tokens count
+
+
+def test_empty_and_large_batches(translator):
+    assert translator.translate([]) == []
+    many = translator.translate(["a b c", "d e"] * 5_000)
+    assert len(many) == 10_000 and set(many[0::2]) == {"a b c"} and set(many[1::2]) == {"d e"}
+
+
+def test_text_utf8_cannot_encode_is_read_with_question_marks(translator):
+    assert translator.translate(["a\udcffb"]) == translator.translate(["a?b"])
+
+
+@pytest.mark.parametrize(
+    "texts, message",
+    [
+        ("a b c", r"give a list of strings, not one string: wrap it as \['a b c'\]"),
+        (["a", 3], "texts must be strings; item 1 is a int: 3"),
+        ([b"a b"], "texts must be strings; item 0 is a bytes"),
+        ([None], "item 0 is a NoneType"),
+    ],
+)
+def test_what_is_not_a_list_of_strings_is_one_clear_error(translator, texts, message):
+    with pytest.raises(TypeError, match=message):
+        translator.translate(texts)
+    with pytest.raises(TypeError, match=message):
+        utf8_batch(texts)
+
+
+def run_translate(model_dir, stdin_bytes, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin_bytes)))
+    code = main(["translate", "--model", str(model_dir)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_stdin_gives_one_line_per_line_even_when_not_utf8(model_dir, monkeypatch, capsys):
+    lines = [text.replace("\n", " ").encode() for text in ODD_TEXTS.values()]
+    lines += [b"caf\xe9 a b", b"\xff\xfe\x00a", b"a b c\r"]  # latin-1, a UTF-16 mark, a CRLF line end
+    code, out, err = run_translate(model_dir, b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n", monkeypatch, capsys)
+    assert code == 0 and "Traceback" not in err
+    assert len(out.splitlines()) == len(lines)
+    assert out.splitlines()[-1] == "a b c"
+    said = err.splitlines()
+    assert said == [
+        f"kformer: stdin line {n} is not UTF-8; its bad bytes were read as U+FFFD."
+        for n in (len(lines) - 2, len(lines) - 1)
+    ]
+
+
+def test_cli_with_nothing_on_stdin_prints_nothing(model_dir, monkeypatch, capsys):
+    assert run_translate(model_dir, b"", monkeypatch, capsys) == (0, "", "")
