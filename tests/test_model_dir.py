@@ -146,3 +146,14 @@ def test_a_finished_directory_is_not_trained_over_unless_asked(saved):
     prepare_output(directory, overwrite=True)
     assert sorted(p.name for p in directory.iterdir()) == []
     prepare_output(directory)  # an empty (or interrupted) directory is fine
+
+
+def test_a_model_file_that_would_run_code_is_refused(saved):
+    """A .keras file with a Python lambda in it (arbitrary code on load) is refused, not executed."""
+    import keras
+
+    _, directory = saved
+    inputs = keras.Input((3,))
+    keras.Model(inputs, keras.layers.Lambda(lambda x: x * 2)(inputs)).save(directory / "model.keras")
+    with pytest.raises(ModelDirectoryError, match=r"model.keras: cannot be loaded as a Keras model .*lambda"):
+        load(directory)
