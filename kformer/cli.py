@@ -162,7 +162,10 @@ def _attention(args):
     from kformer import plots
     from kformer.model_dir import load
 
-    plots.attention_heatmaps(load(args.model), args.sentence, args.out)
+    try:
+        plots.attention_heatmaps(load(args.model), args.sentence, args.out)
+    except ValueError as error:
+        raise _UsageError(error) from None
     print(f"Saved the attention heatmaps to {args.out}.")
 
 

@@ -51,6 +51,9 @@ def write_atomically(path, write):
     try:
         write(temporary)
         os.replace(temporary, path)
+    except OSError as error:  # disk full, permissions: name the file the user knows, not the temporary one
+        Path(temporary).unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from error
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

@@ -76,8 +76,13 @@ def attention_heatmaps(trained, sentence, path=None):
 
     Returns:
         The matplotlib Figure (also saved to `path` when given).
+
+    Raises:
+        ValueError: the sentence has no tokens (empty, or only spaces).
     """
     source_tokens, target_tokens, translation, maps = attention_weights(trained, sentence)
+    if not source_tokens:
+        raise ValueError(f"{sentence!r} has no tokens to attend to; give a sentence with at least one word.")
     inputs = ["[START]", *target_tokens[:-1]]
     axes_labels = {
         "cross-attention": (target_tokens, source_tokens),

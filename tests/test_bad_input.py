@@ -90,3 +90,25 @@ def test_cli_stdin_gives_one_line_per_line_even_when_not_utf8(model_dir, monkeyp
 
 def test_cli_with_nothing_on_stdin_prints_nothing(model_dir, monkeypatch, capsys):
     assert run_translate(model_dir, b"", monkeypatch, capsys) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    "name", ["empty", "whitespace only", "10,000 characters", "NUL bytes", "emoji with joiners and skin tones"]
+)
+def test_cli_attention_on_odd_text_draws_or_says_why_not(model_dir, tmp_path, capsys, name):
+    out = tmp_path / "attention.png"
+    code = main(["attention", "--model", str(model_dir), ODD_TEXTS[name], "--out", str(out)])
+    err = capsys.readouterr().err
+    if name in ("empty", "whitespace only"):
+        assert (code, out.exists()) == (2, False)
+        assert err.strip().startswith("kformer attention: error: ") and "has no tokens to attend to" in err
+    else:
+        assert code == 0 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_translate_arguments_that_are_odd(model_dir, capsys):
+    texts = [
+        ODD_TEXTS[name] for name in ("empty", "NUL bytes", "right-to-left (Arabic, Hebrew)", "1,000,000 characters")
+    ]
+    assert main(["translate", "--model", str(model_dir), *texts]) == 0
+    assert len(capsys.readouterr().out.split("\n")) == len(texts) + 1  # one line each, then the final newline

@@ -182,3 +182,28 @@ def test_same_seed_same_weights(tmp_path):
     first, again = train("first"), train("again")
     assert int(first.optimizer.iterations.numpy()) == int(again.optimizer.iterations.numpy()) == 30
     assert all(np.array_equal(a, b) for a, b in zip(first.get_weights(), again.get_weights(), strict=True))
+
+
+def test_a_disk_that_fills_while_saving_leaves_a_resumable_run_not_a_finished_one(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import keras
+
+    def no_space(self, path, *args, **kwargs):
+        with open(path, "wb") as file:
+            file.write(b"half a model")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(keras.Model, "save", no_space)
+    out = tmp_path / "model"
+    assert main(train_command(out, "--epochs", "1", "--steps-per-epoch", "5")[3:]) == 1
+    err = capsys.readouterr().err
+    assert "kformer train: error: " in err and "model.keras: No space left on device." in err
+    # No config.json, no model.keras, no half-written temporary file: nothing that looks finished.
+    assert {p.name for p in out.iterdir()} == {
+        "learning_curves.png",
+        "source_vocab.txt",
+        "target_vocab.txt",
+        "training",
+    }
+    assert saved_state(out)["epoch"] == 1  # the run is still there to finish once there is room
