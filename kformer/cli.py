@@ -144,7 +144,10 @@ def _stdin_batches(batch_size):
     its bad bytes as U+FFFD, and stderr says which line it was.
     """
     batch = []
-    for number, raw in enumerate(sys.stdin.buffer, start=1):
+    raw_lines = getattr(sys.stdin, "buffer", None)  # None when stdin was replaced by a text stream
+    if raw_lines is None:
+        raw_lines = (line.encode("utf-8", errors="surrogateescape") for line in sys.stdin)
+    for number, raw in enumerate(raw_lines, start=1):
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError:
@@ -287,7 +290,9 @@ def build_parser():
     export.add_argument("--model", required=True, help="model directory")
     export.add_argument("--out", required=True, help="export directory to create")
     export.add_argument("--formats", default=",".join(FORMATS), help="comma-separated (default: %(default)s)")
-    export.add_argument("--quantize", default="", help=f"TFLite variants to add, of {','.join(QUANTIZATIONS)}")
+    export.add_argument(
+        "--quantize", default="", help=f"TFLite and CTranslate2 variants to add, of {','.join(QUANTIZATIONS)}"
+    )
     export.add_argument("--name", default="kformer", help="TF Serving model name (default: %(default)s)")
     export.add_argument("--version", type=int, default=1, help="TF Serving version directory (default: 1)")
     export.add_argument("--beam", type=int, default=1, help="beam size the artifacts decode with (default: 1)")
