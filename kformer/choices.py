@@ -5,6 +5,6 @@ parser all read them from here, so a new strategy or format is one edit.
 """
 
 STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
-FORMATS = ("saved_model", "tflite", "onnx")
+FORMATS = ("saved_model", "tflite", "onnx", "ctranslate2")
 QUANTIZATIONS = ("float16", "int8")
 TASKS = ("translate", "lm")

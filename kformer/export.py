@@ -1,4 +1,4 @@
-"""Deployment artifacts of a trained model: SavedModel (TF Serving), TFLite and ONNX.
+"""Deployment artifacts of a trained model: SavedModel (TF Serving), TFLite, ONNX and CTranslate2.
 
     EXPORT_DIR/
       saved_model/<name>/<version>/   TF Serving layout; signatures serving_default
@@ -11,6 +11,8 @@
       tflite/translate.tflite         strings in, strings out, with tensorflow-text's TFLite ops
       onnx/translate_ids.onnx         ids in, ids out (ONNX Loop), opset 17
       onnx/forward.onnx, tflite/forward.tflite   teacher-forced logits, for parity checks
+      ctranslate2/                    a CTranslate2 model (model.bin, vocabularies): pieces in, pieces out
+      ctranslate2_int8/, ctranslate2_float16/   its quantized variants
       source_vocab.txt, target_vocab.txt, manifest.json
 
 A language model (`kformer train --task lm`) exports the same way with
@@ -64,8 +66,8 @@ def _check_request(formats, quantize, out):
                 f"the {format_name} format needs {', '.join(missing)}, which is not installed; "
                 "install it with: pip install 'kformer[export]'."
             )
-    if quantize and "tflite" not in formats:
-        raise ExportError("--quantize applies to TFLite; add tflite to --formats.")
+    if quantize and "tflite" not in formats and "ctranslate2" not in formats:
+        raise ExportError("--quantize applies to TFLite and CTranslate2; add tflite or ctranslate2 to --formats.")
     parent = out.resolve().parent
     if not parent.is_dir():
         raise ExportError(f"{parent}: the directory to export into does not exist.")
@@ -245,10 +247,27 @@ def _write_onnx(job):
     _onnx(job.id_archive(), "forward", job.staging / "onnx" / "forward.onnx")
 
 
+def _write_ctranslate2(job):
+    if job.trained.kind != "translator":
+        job.say("Skipping CTranslate2: it is exported for translators only.")
+        return
+    from kformer.ctranslate2_spec import write_ctranslate2
+
+    for quantize in (None, *job.quantize):
+        job.say(f"Converting to CTranslate2{f' ({quantize})' if quantize else ''} ...")
+        suffix = f"_{quantize}" if quantize else ""
+        write_ctranslate2(job.trained, job.staging / f"ctranslate2{suffix}", quantization=quantize)
+
+
 # One writer per format: a new format is a function here and a name in kformer.choices.FORMATS.
-WRITERS = {"saved_model": _write_saved_model, "tflite": _write_tflite, "onnx": _write_onnx}
+WRITERS = {
+    "saved_model": _write_saved_model,
+    "tflite": _write_tflite,
+    "onnx": _write_onnx,
+    "ctranslate2": _write_ctranslate2,
+}
 # Packages a format's writer needs beyond TensorFlow (the `export` extra installs them).
-NEEDS = {"onnx": ("tf2onnx",)}
+NEEDS = {"onnx": ("tf2onnx",), "ctranslate2": ("ctranslate2",)}
 
 
 def _serving_files(directory, name, endpoints):
@@ -286,8 +305,8 @@ def export(
     Args:
         model: a model directory or a loaded `TrainedModel`.
         out: the export directory to create (must not exist, or be empty).
-        formats: any of `kformer.choices.FORMATS`: "saved_model", "tflite", "onnx".
-        quantize: TFLite variants to add: "float16", "int8" (dynamic range).
+        formats: any of `kformer.choices.FORMATS`: "saved_model", "tflite", "onnx", "ctranslate2".
+        quantize: TFLite and CTranslate2 variants to add: "float16", "int8" (int8 weights).
         name, version: the TF Serving model name and version directory.
         beam_size: the decoding a translator's artifacts run (1 = greedy).
         max_new_tokens: the most tokens a language model's artifacts write

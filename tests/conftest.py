@@ -102,3 +102,31 @@ ODD_TEXTS = {
     "CJK without spaces": "我喜欢猫和狗",
     "replacement character": "\ufffd\ufffd",
 }
+
+
+# A small translator of the built-in corpus, trained through `kformer train` with the default recipe (only the
+# size is small): 400 steps learn the corpus, so it is a real model for the resilience and export tests.
+EPOCHS, STEPS_PER_EPOCH = 5, 80
+SMALL_RUN = [
+    "--data", "builtin", "--d-model", "32", "--num-heads", "2", "--num-layers", "1", "--d-ff", "64",
+    "--vocab-size", "300", "--warmup-steps", "100", "--steps-per-epoch", str(STEPS_PER_EPOCH),
+]  # fmt: skip
+
+
+def train_command(out, *extra):
+    return [sys.executable, "-m", "kformer", "--quiet", "train", "--out", str(out), *SMALL_RUN, *extra]
+
+
+@pytest.fixture(scope="session")
+def clean_run(tmp_path_factory):
+    """An uninterrupted run of that command, in this process (kformer.cli.main): (model directory, what it printed)."""
+    import contextlib
+    import io
+
+    from kformer.cli import main
+
+    out = tmp_path_factory.mktemp("clean") / "model"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(train_command(out, "--epochs", str(EPOCHS), "--backup-steps", "20")[3:]) == 0
+    return out, printed.getvalue()

@@ -6,34 +6,21 @@ learns that corpus in a few hundred steps, so "as good as an uninterrupted
 run" is a real comparison, not two untrained models.
 """
 
-import contextlib
 import csv
-import io
 import json
 import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import h5py
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import EPOCHS, REPO, STEPS_PER_EPOCH, train_command
 
 from kformer.cli import main
 from kformer.recipes import TrainingConfig
-
-EPOCHS, STEPS_PER_EPOCH, BACKUP_STEPS = 5, 80, 20
-SMALL_RUN = [
-    "--data", "builtin", "--d-model", "32", "--num-heads", "2", "--num-layers", "1", "--d-ff", "64",
-    "--vocab-size", "300", "--warmup-steps", "100", "--steps-per-epoch", str(STEPS_PER_EPOCH),
-]  # fmt: skip
-
-
-def train_command(out, *extra):
-    return [sys.executable, "-m", "kformer", "--quiet", "train", "--out", str(out), *SMALL_RUN, *extra]
 
 
 def start(command):
@@ -61,17 +48,6 @@ def wait_for_a_backup(process, out):
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def clean_run(tmp_path_factory):
-    """An uninterrupted run, in this process: the same command through kformer.cli.main."""
-    out = tmp_path_factory.mktemp("clean") / "model"
-    command = train_command(out, "--epochs", str(EPOCHS), "--backup-steps", str(BACKUP_STEPS))
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert main(command[3:]) == 0
-    return out, printed.getvalue()
-
-
 def test_the_default_recipe_learns_the_builtin_corpus(clean_run):
     """Bucketed batches, label smoothing 0.1, dropout 0.1, XLA, the paper's Adam and warmup: only the size is small."""
     out, printed = clean_run
@@ -89,7 +65,7 @@ def test_the_default_recipe_learns_the_builtin_corpus(clean_run):
 def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_run, tmp_path):
     rng = np.random.default_rng(7)
     out = tmp_path / "model"
-    command = train_command(out, "--epochs", str(EPOCHS), "--backup-steps", str(BACKUP_STEPS))
+    command = train_command(out, "--epochs", str(EPOCHS), "--backup-steps", "20")
 
     # Ctrl-C at a random moment: saved, resumable, one clear line, exit status 130.
     first = start(command)

@@ -1,0 +1,66 @@
+"""Translate with CTranslate2: ctranslate2/ of `kformer export`, no TensorFlow needed.
+
+    python export/ctranslate2_client.py EXPORT_DIR "the black cat sleeps" ...
+    python export/ctranslate2_client.py EXPORT_DIR --model ctranslate2_int8 --beam 4 "..."
+
+CTranslate2 reads and writes tokens as strings: this client cuts text into the
+export's WordPiece pieces (wordpiece.py), cuts sources to the model's
+max_length pieces and allows the same number of output tokens as kformer's
+decoder (source length + 50, at most max_length), so greedy decoding gives
+kformer's tokens. Beam search scores length differently (CTranslate2 divides by
+length ** length_penalty; kformer uses GNMT's ((5 + length) / 6) ** 0.6), so
+beam outputs can differ.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import ctranslate2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wordpiece import WordPiece  # noqa: E402
+
+EXTRA_OUTPUT_TOKENS = 50  # as kformer.translator
+
+
+class Client:
+    """A loaded CTranslate2 model with the export's vocabularies; `translate` is text in, text out."""
+
+    def __init__(self, export_dir, model="ctranslate2", threads=0):
+        export_dir = Path(export_dir)
+        self.max_length = json.loads((export_dir / "manifest.json").read_text())["max_length"]
+        self.source = WordPiece(export_dir / "source_vocab.txt")
+        self.target = WordPiece(export_dir / "target_vocab.txt")
+        self.translator = ctranslate2.Translator(str(export_dir / model), device="cpu", intra_threads=threads)
+
+    def translate(self, sentences, beam_size=1):
+        if not sentences:
+            return []
+        batch = [[self.source.vocabulary[i] for i in self.source.tokenize(s)[: self.max_length]] for s in sentences]
+        longest = max(len(pieces) for pieces in batch)
+        results = self.translator.translate_batch(
+            batch,
+            beam_size=beam_size,
+            max_decoding_length=min(max(longest, 1) + EXTRA_OUTPUT_TOKENS, self.max_length),
+        )
+        return [self.target.detokenize([self.target.ids[t] for t in r.hypotheses[0]]) for r in results]
+
+
+def translate(export_dir, sentences, model="ctranslate2", beam_size=1):
+    return Client(export_dir, model).translate(sentences, beam_size)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("export_dir")
+    parser.add_argument("sentences", nargs="+")
+    parser.add_argument("--model", default="ctranslate2", help="a CTranslate2 model folder in EXPORT_DIR")
+    parser.add_argument("--beam", type=int, default=1)
+    args = parser.parse_args()
+    print("\n".join(translate(args.export_dir, args.sentences, args.model, args.beam)))
+
+
+if __name__ == "__main__":
+    main()
