@@ -184,6 +184,7 @@ def _export(args):
         version=args.version,
         beam_size=args.beam,
         max_new_tokens=args.max_tokens,
+        xla=args.xla,
     )
 
 
@@ -290,6 +291,9 @@ def build_parser():
     export.add_argument("--model", required=True, help="model directory")
     export.add_argument("--out", required=True, help="export directory to create")
     export.add_argument("--formats", default=",".join(FORMATS), help="comma-separated (default: %(default)s)")
+    export.add_argument(
+        "--xla", action="store_true", help="decode under XLA in the SavedModel (see export/README.md: TF Serving)"
+    )
     export.add_argument(
         "--quantize", default="", help=f"TFLite and CTranslate2 variants to add, of {','.join(QUANTIZATIONS)}"
     )

@@ -36,22 +36,23 @@ def _write_column(tokens, column, values):
     return tf.where(tf.expand_dims(at_column, 0), tf.expand_dims(values, 1), tokens)
 
 
-def _step_function(decoder, context, source_padding_mask, beam_size, use_cache, rows=None):
+def _step_function(decoder, context, source_padding_mask, beam_size, use_cache, rows=None, buffer_length=None):
     """(step, initial_state): step(tokens, t, state) -> (logits of token t + 1 (B * beam, V), state).
 
     `context` and `source_padding_mask` have one row per sentence; the step
     takes `beam_size` rows of tokens per sentence (sentence-major). A
     decoder-only model has no context: pass None for both, and the number of
-    `rows` of tokens.
+    `rows` of tokens. With `buffer_length` (a Python int), the cache is a
+    fixed-size buffer of that many positions, as XLA needs.
     """
     if use_cache:
 
         def cached_step(tokens, t, cache):
             token = tf.gather(tokens, tf.reshape(t, [1]), axis=1)  # (B * beam, 1): the token at position t
-            return decoder.decode_step(token, cache, source_padding_mask)
+            return decoder.decode_step(token, cache, source_padding_mask, None if buffer_length is None else t)
 
         rows = tf.shape(context)[0] * beam_size if rows is None else rows
-        return cached_step, decoder.initial_cache(rows, context)
+        return cached_step, decoder.initial_cache(rows, context, buffer_length)
 
     if beam_size > 1:
         context, source_padding_mask = (tf.repeat(x, beam_size, axis=0) for x in (context, source_padding_mask))
@@ -84,9 +85,9 @@ def _reorder_beams(state, parent):
     return tf.gather(state, parent)
 
 
-def _growing(state):
-    """Shape invariants for a loop state whose tensors may change shape (the growing caches)."""
-    return tf.nest.map_structure(lambda x: tf.TensorShape([None] * x.shape.rank), state)
+def _invariants(state, fixed):
+    """Shape invariants of a loop state: as they are (fixed buffers), or any size (the growing caches)."""
+    return tf.nest.map_structure(lambda x: x.shape if fixed else tf.TensorShape([None] * x.shape.rank), state)
 
 
 def _top_logits(logits, k):
@@ -116,14 +117,19 @@ def _top_logits(logits, k):
     return values, ids, tf.reduce_max(block_max, axis=1)
 
 
-def greedy_search(step, state, start_done, max_length):
+def greedy_search(step, state, start_done, max_length, buffer_length=None):
     """Picks the most likely token at every step until each row has produced [END].
 
+    Args:
+        buffer_length: None, or a Python int >= max_length: the width of the
+            token buffer and of the result, so that every shape is static (XLA).
+
     Returns:
-        int32 `(B, max_length)`: generated ids, [END] then [PAD] after each.
+        int32 `(B, max_length)` (or `(B, buffer_length)`): generated ids, [END] then [PAD] after each.
     """
     batch = tf.shape(start_done)[0]
-    tokens = tf.concat([tf.fill([batch, 1], START_ID), tf.fill([batch, max_length], PAD_ID)], axis=1)
+    width = max_length if buffer_length is None else buffer_length
+    tokens = tf.concat([tf.fill([batch, 1], START_ID), tf.fill([batch, width], PAD_ID)], axis=1)
 
     def body(t, tokens, done, state):
         logits, state = step(tokens, t, state)
@@ -134,7 +140,7 @@ def greedy_search(step, state, start_done, max_length):
         lambda t, tokens, done, state: (t < max_length) & ~tf.reduce_all(done),
         body,
         (tf.constant(0), tokens, start_done, state),
-        shape_invariants=(tf.TensorShape([]), tokens.shape, start_done.shape, _growing(state)),
+        shape_invariants=(tf.TensorShape([]), tokens.shape, start_done.shape, _invariants(state, buffer_length)),
     )
     return tokens[:, 1:]
 
@@ -197,13 +203,13 @@ def continue_prompts(step, state, prompt_tokens, max_new_tokens, choose, stop_id
         lambda t, tokens, done, state: (t < prompt_width + max_new_tokens) & ~tf.reduce_all(done),
         body,
         (tf.constant(0), tokens, tf.zeros([batch], tf.bool), state),
-        shape_invariants=(tf.TensorShape([]), tokens.shape, tf.TensorShape([None]), _growing(state)),
+        shape_invariants=(tf.TensorShape([]), tokens.shape, tf.TensorShape([None]), _invariants(state, False)),
     )
     positions = tf.expand_dims(prompt_lengths + 1, 1) + tf.range(max_new_tokens)  # (B, N)
     return tf.gather(tokens, positions, batch_dims=1)
 
 
-def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
+def beam_search(step, state, start_done, max_length, beam_size, length_penalty, buffer_length=None):
     """Keeps the `beam_size` most likely prefixes per sentence; returns the best finished one.
 
     Rows of `state` and `start_done` are already repeated `beam_size` times
@@ -212,11 +218,12 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
     (GNMT's length penalty; 0 compares raw log-probabilities).
 
     Returns:
-        int32 `(B, max_length)`, like `greedy_search`.
+        int32 `(B, max_length)` (or `(B, buffer_length)`), like `greedy_search`.
     """
     rows = tf.shape(start_done)[0]
     batch = rows // beam_size
-    tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, max_length], PAD_ID)], axis=1)
+    width = max_length if buffer_length is None else buffer_length
+    tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, width], PAD_ID)], axis=1)
     first_only = tf.concat([[0.0], tf.fill([beam_size - 1], _NEG_INF)], axis=0)  # (beam,)
     # Only the first beam of each sentence is alive at the start, so the
     # first step does not pick the same token beam_size times.
@@ -256,7 +263,7 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
             scores.shape,
             lengths.shape,
             start_done.shape,
-            _growing(state),
+            _invariants(state, buffer_length),
         ),
     )
     penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
@@ -264,7 +271,7 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty):
     return tf.gather(tokens, best + tf.range(batch) * beam_size)[:, 1:]
 
 
-def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, use_cache=True):
+def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, use_cache=True, buffer_length=None):
     """Translates token ids: one encoder pass, then greedy or beam search.
 
     Args:
@@ -276,16 +283,21 @@ def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, u
         length_penalty: GNMT's alpha, for beam search.
         use_cache: keep self-attention keys/values instead of re-running the
             decoder over the whole prefix at every step.
+        buffer_length: None, or a Python int >= max_length: fixed-size
+            buffers and caches of that many positions, so that every shape is
+            static and the whole loop compiles with XLA (see `xla_decoder`).
 
     Returns:
-        int32 `(B, max_length)`: the generated ids, [END] then [PAD] after each.
+        int32 `(B, max_length)` (`(B, buffer_length)` with buffer_length):
+        the generated ids, [END] then [PAD] after each.
     """
     encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
     encoder_tokens = tf.convert_to_tensor(encoder_tokens, tf.int32)
     source_padding_mask = make_padding_mask(encoder_tokens)  # (B, S)
     empty = ~tf.reduce_any(source_padding_mask, axis=1)  # (B,)
     context = encoder(encoder_tokens, training=False)  # (B, S, D)
-    step, state = _step_function(decoder, context, source_padding_mask, beam_size, use_cache)
+    step, state = _step_function(decoder, context, source_padding_mask, beam_size, use_cache, None, buffer_length)
     if beam_size > 1:
-        return beam_search(step, state, tf.repeat(empty, beam_size), max_length, beam_size, length_penalty)
-    return greedy_search(step, state, empty, max_length)
+        done = tf.repeat(empty, beam_size)
+        return beam_search(step, state, done, max_length, beam_size, length_penalty, buffer_length)
+    return greedy_search(step, state, empty, max_length, buffer_length)

@@ -164,25 +164,27 @@ class Decoder(_Stack):
         x = self._run_stack(decoder_tokens, context, context_padding_mask, training)  # (B, T, D)
         return self.logits(x)
 
-    def initial_cache(self, batch_size, context=None):
+    def initial_cache(self, batch_size, context=None, length=None):
         """An empty KV cache: one dict per block.
 
         Self-attention keys and values start with no positions,
-        `(batch_size, H, 0, K)`, and grow by one per `decode_step`;
+        `(batch_size, H, 0, K)`, and grow by one per `decode_step`; with
+        `length`, they are fixed buffers `(batch_size, H, length, K)` of zeros
+        that `decode_step(..., position=t)` writes into (what XLA compiles);
         cross-attention keys and values of `context` `(B, S, D)` are computed
         here, once per source (`batch_size` may be B times a beam size).
         """
         cache = []
         for block in self.blocks:
             attention = block.self_attention
-            empty = ops.zeros((batch_size, attention.num_heads, 0, attention.head_dim), self.compute_dtype)
+            empty = ops.zeros((batch_size, attention.num_heads, length or 0, attention.head_dim), self.compute_dtype)
             entry = {"key": empty, "value": empty}
             if self.cross_attention:
                 entry.update(block.cross_attention_cache(context))
             cache.append(entry)
         return cache
 
-    def decode_step(self, token, cache, context_padding_mask=None):
+    def decode_step(self, token, cache, context_padding_mask=None, position=None):
         """The logits for the token after `token`, using and extending the cache.
 
         Args:
@@ -191,15 +193,17 @@ class Decoder(_Stack):
             cache: from `initial_cache` or the previous `decode_step`.
             context_padding_mask: optional bool, one row per sentence of the
                 cross-attention cache.
+            position: for a fixed-size cache (`initial_cache(length=...)`),
+                the position of `token`; None for a growing cache.
 
         Returns:
             `(logits (B, V) float32, cache)`.
         """
-        index = ops.shape(cache[0]["key"])[2]  # positions so far
+        index = ops.shape(cache[0]["key"])[2] if position is None else position  # positions so far
         x = self.embedding(token, start_position=index)  # (B, 1, D)
         new_cache = []
         for block, block_cache in zip(self.blocks, cache, strict=True):
-            x, block_cache = block.decode_step(x, block_cache, context_padding_mask)
+            x, block_cache = block.decode_step(x, block_cache, context_padding_mask, position)
             new_cache.append(block_cache)
         if self.final_norm is not None:
             x = self.final_norm(x)

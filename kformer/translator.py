@@ -14,6 +14,7 @@ from kformer.model_dir import TrainedModel, load
 from kformer.text import utf8_batch
 
 EXTRA_OUTPUT_TOKENS = 50
+SOURCE_BUCKET = 8  # under XLA, sources are padded to a multiple of this many tokens
 
 
 def padded_tokens(token_ids):
@@ -38,6 +39,13 @@ class Translator(tf.Module):
             defaults to the model's training max_length. Longer inputs (even
             10,000 characters) are cut to it. Each batch generates at most
             its longest source + 50 tokens, within this cap.
+        xla: compile the whole decoding loop with XLA (`jit_compile`), over
+            fixed-size buffers (`max_length` positions) and sources padded to
+            a multiple of 8 tokens, so it compiles once per batch size and
+            source bucket (1-2 s each, about what tracing the plain loop
+            costs). About 3x faster a sentence at batch 1, the same tokens.
+            False runs the plain graph loop (growing caches), which TFLite and
+            ONNX convert.
 
     Example:
     >>> translator = Translator("kformer-demo", beam_size=4)
@@ -45,7 +53,7 @@ class Translator(tf.Module):
     'el gato negro duerme'
     """
 
-    def __init__(self, model, beam_size=1, length_penalty=0.6, use_cache=True, max_length=None):
+    def __init__(self, model, beam_size=1, length_penalty=0.6, use_cache=True, max_length=None, xla=True):
         super().__init__(name="translator")
         trained = load(model) if isinstance(model, (str, Path)) else model
         if not isinstance(trained, TrainedModel):
@@ -61,6 +69,13 @@ class Translator(tf.Module):
         self.length_penalty = float(length_penalty)
         self.use_cache = use_cache
         self.max_length = int(max_length or trained.max_length)
+        self.xla = bool(xla and use_cache)
+        if self.xla:  # only then: tf.saved_model.save traces and keeps every tf.function a module holds
+            self._decode_compiled = tf.function(
+                self._decode_fixed,
+                input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)],
+                jit_compile=True,
+            )
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def __call__(self, texts):
@@ -72,8 +87,22 @@ class Translator(tf.Module):
     def translate_ids(self, encoder_tokens):
         """int32 `(B, S)`, 0 = padding -> int32 `(B, T)`, each row [END] then [PAD]."""
         encoder_tokens = encoder_tokens[:, : self.max_length]
-        max_length = tf.minimum(tf.shape(encoder_tokens)[1] + EXTRA_OUTPUT_TOKENS, self.max_length)
-        return decode(self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, self.use_cache)
+        width = tf.shape(encoder_tokens)[1]
+        max_length = tf.minimum(width + EXTRA_OUTPUT_TOKENS, self.max_length)
+        if not self.xla:
+            return decode(self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, self.use_cache)
+        # Padding is masked, so a wider source gives the same output; buckets of 8 bound the compilations.
+        # A lone sentence goes with an empty one: XLA's CPU backend compiles one-row products into loops
+        # about 3x slower per step than two-row ones (bench/RESULTS.md), and empty rows are finished at once.
+        batch = tf.shape(encoder_tokens)[0]
+        padded = tf.pad(encoder_tokens, [[0, tf.maximum(2 - batch, 0)], [0, -width % SOURCE_BUCKET]])
+        return self._decode_compiled(padded, max_length)[:batch, :max_length]
+
+    def _decode_fixed(self, encoder_tokens, max_length):
+        """The loop over buffers of `self.max_length` positions, `(B, self.max_length)` out (what XLA compiles)."""
+        return decode(
+            self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, buffer_length=self.max_length
+        )
 
     def translate(self, sentences, batch_size=64):
         """Python strings in, Python strings out (one for each), batched by similar length.

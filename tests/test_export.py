@@ -363,3 +363,23 @@ def test_ctranslate2_translates_the_builtin_test_split_like_keras(clean_run, tmp
     assert ctranslate2_client.translate(tmp_path / "deploy", sentences) == expected
     int8 = ctranslate2_client.translate(tmp_path / "deploy", sentences, model="ctranslate2_int8")
     assert np.mean([a == b for a, b in zip(int8, expected, strict=True)]) >= 0.95
+
+
+def test_an_xla_saved_model_runs_in_a_fresh_process_and_decodes_like_keras(trained, exported, reference, tmp_path):
+    out = tmp_path / "xla"
+    assert export(trained, out, formats=("saved_model",), xla=True, verbose=False)["xla"] is True
+    graph = out / "saved_model" / "kformer" / "1" / "saved_model.pb"
+    plain_graph = exported[0] / "saved_model" / "kformer" / "1" / "saved_model.pb"
+    assert b"_XlaMustCompile" in graph.read_bytes() and b"_XlaMustCompile" not in plain_graph.read_bytes()
+    run_fresh_python(
+        f"""
+        import sys, numpy as np, tensorflow as tf, tensorflow_text
+        loaded = tf.saved_model.load("{out}/saved_model/kformer/1")
+        assert "kformer" not in sys.modules
+        ids = loaded.signatures["translate_ids"](encoder_tokens=tf.constant(np.load("tokens.npy")))["output_tokens"]
+        np.testing.assert_array_equal(ids.numpy(), np.load("ids.npy"))
+        texts = loaded.signatures["serving_default"](texts=tf.constant(["a b c", ""]))["translations"].numpy()
+        assert [t.decode() for t in texts] == ["a b c", ""], texts
+        """,
+        cwd=reference,
+    )

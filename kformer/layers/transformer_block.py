@@ -155,7 +155,7 @@ class TransformerBlock(keras.layers.Layer):
         key, value = self.cross_attention_layer.project_keys_values(context)  # (B, H, S, K) each
         return {"context_key": key, "context_value": value}
 
-    def decode_step(self, x, cache, context_padding_mask=None):
+    def decode_step(self, x, cache, context_padding_mask=None, position=None):
         """Runs the newest position through the block, reading and extending a KV cache.
 
         The same sub-layers and residual wiring as `call`, but the
@@ -174,18 +174,29 @@ class TransformerBlock(keras.layers.Layer):
                 cross-attention the `cross_attention_cache(context)` entries
                 `(B, H, S, K)`.
             context_padding_mask: optional bool `(B, S)`, True at real source tokens.
+            position: None for a growing cache. Otherwise the cache is a
+                fixed-size buffer `(B * beams, H, L, K)` (as XLA needs) and
+                `position` (a scalar) is where the newest keys and values go;
+                later positions are masked.
 
         Returns:
             `(output (B * beams, 1, D), cache)` with the newest position's keys
-            and values appended: `(B * beams, H, P + 1, K)`.
+            and values appended: `(B * beams, H, P + 1, K)` (or written at `position`).
         """
         cache = dict(cache)
 
         def cached_self_attention(h):
             key, value = self.self_attention.project_keys_values(h)  # (B * beams, H, 1, K) each
-            cache["key"] = ops.concatenate([cache["key"], key], axis=2)  # (B * beams, H, P + 1, K)
-            cache["value"] = ops.concatenate([cache["value"], value], axis=2)
-            return self.self_attention.attend(h, cache["key"], cache["value"])[0]  # every cached key is visible
+            if position is None:
+                cache["key"] = ops.concatenate([cache["key"], key], axis=2)  # (B * beams, H, P + 1, K)
+                cache["value"] = ops.concatenate([cache["value"], value], axis=2)
+                return self.self_attention.attend(h, cache["key"], cache["value"])[0]  # every cached key is visible
+            slots = ops.arange(ops.shape(cache["key"])[2])  # (L,)
+            here = ops.reshape(ops.equal(slots, position), (1, 1, -1, 1))  # (1, 1, L, 1)
+            cache["key"] = ops.where(here, key, cache["key"])  # (B * beams, H, L, K)
+            cache["value"] = ops.where(here, value, cache["value"])
+            visible = ops.reshape(ops.less_equal(slots, position), (1, 1, -1))  # (1, 1, L): positions so far
+            return self.self_attention.attend(h, cache["key"], cache["value"], visible)[0]
 
         def cached_cross_attention(h):
             source = None if context_padding_mask is None else key_padding_mask(context_padding_mask)  # (B, 1, S)
