@@ -2,8 +2,9 @@
 
 Exports a trained model directory (all formats, float16 and int8 TFLite and
 CTranslate2 variants), then in one run measures per-sentence latency at batch 1 and
-throughput at batch 32 for the Keras model, the SavedModel, TFLite float32/float16/int8,
-ONNX Runtime and CTranslate2 float32/int8, all decoding greedily from the same token ids,
+throughput at batch 32 for the Keras model, the SavedModel (plain and --xla), TFLite
+float32/float16/int8, ONNX Runtime, and CTranslate2 float32/int8 with 1 and 2 threads (in a
+process of its own, see ctranslate2_timing.py), all decoding greedily from the same token ids,
 and scores each one's translations (exact match, lowercased BLEU) against the test
 split's references, with how often each agrees with TFLite float32.
 
@@ -12,8 +13,9 @@ split's references, with how often each agrees with TFLite float32.
 """
 
 import argparse
-import os
+import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +29,6 @@ from kformer.evaluation import score
 from kformer.export import export
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
-import ctranslate2  # noqa: E402
 import onnxruntime  # noqa: E402
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402
 from wordpiece import WordPiece, pad_batch  # noqa: E402
@@ -40,12 +41,14 @@ def test_split(data):
     return builtin_splits()["test"] if data == "builtin" else split_pairs(read_pairs(data))["test"]
 
 
-def runners(trained, out):
+def runners(trained, out, xla_out):
     translator = kformer.Translator(trained)
     saved = tf.saved_model.load(str(out / "saved_model" / "kformer" / "1")).signatures["translate_ids"]
+    saved_xla = tf.saved_model.load(str(xla_out / "saved_model" / "kformer" / "1")).signatures["translate_ids"]
     result = {
         "Keras (Translator)": lambda ids: translator.translate_ids(ids).numpy(),
         "SavedModel": lambda ids: saved(encoder_tokens=tf.constant(ids))["output_tokens"].numpy(),
+        "SavedModel (--xla)": lambda ids: saved_xla(encoder_tokens=tf.constant(ids))["output_tokens"].numpy(),
     }
     for variant in ("", "_float16", "_int8"):
         interpreter = Interpreter(model_path=str(out / "tflite" / f"translate_ids{variant}.tflite"))
@@ -54,20 +57,36 @@ def runners(trained, out):
     session = onnxruntime.InferenceSession(str(out / "onnx" / "translate_ids.onnx"))
     name = session.get_inputs()[0].name
     result["ONNX Runtime"] = lambda ids: session.run(None, {name: ids})[0]
-    source, target = WordPiece(out / "source_vocab.txt"), WordPiece(out / "target_vocab.txt")
-    for variant in ("", "_int8"):
-        engine = ctranslate2.Translator(str(out / f"ctranslate2{variant}"), device="cpu", intra_threads=os.cpu_count())
-
-        def run(ids, engine=engine):
-            # Pieces in, pieces out; the same output length kformer allows (ids are padded to the batch's longest).
-            pieces = [[source.vocabulary[t] for t in row if t] for row in ids]
-            results = engine.translate_batch(
-                pieces, beam_size=1, max_decoding_length=min(ids.shape[1] + 50, trained.max_length)
-            )
-            return [[target.ids[t] for t in r.hypotheses[0]] + [target.end] for r in results]
-
-        result[f"CTranslate2 {variant[1:] or 'float32'}"] = run
     return result
+
+
+def ctranslate2_in_its_own_process(model_dir, threads, batches, source, target, max_length):
+    """(ms a sentence at batch 1, sentences/s at batch 32, translations), timed by bench/ctranslate2_timing.py.
+
+    Same sentences, padding widths and output limits as the other runtimes get.
+    """
+
+    def pieces(batch):
+        return [[source.vocabulary[t] for t in row if t] for row in batch]
+
+    limit = lambda batch: min(batch.shape[1] + 50, max_length)  # noqa: E731  (kformer's output limit)
+    request = {
+        "singles": pieces(batches[0]),
+        "single_limits": [limit(batches[0])] * len(batches[0]),
+        "batches": [pieces(batch) for batch in batches],
+        "max_lengths": [limit(batch) for batch in batches],
+    }
+    script = Path(__file__).resolve().parent / "ctranslate2_timing.py"
+    result = subprocess.run(
+        [sys.executable, str(script), str(model_dir), str(threads)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    timing = json.loads(result.stdout)
+    translations = [target.detokenize([target.ids[t] for t in output]) for output in timing["outputs"]]
+    return timing["latency_ms"], timing["throughput"], translations
 
 
 def main():
@@ -80,6 +99,7 @@ def main():
     scratch = Path(tempfile.mkdtemp())
     out = scratch / "deploy"
     manifest = export(trained, out, quantize=("float16", "int8"))
+    export(trained, scratch / "deploy-xla", formats=("saved_model",), xla=True, verbose=False)
     sizes = {
         name: size for name, size in manifest["files"].items() if name.endswith((".tflite", ".onnx", "/", "model.bin"))
     }
@@ -97,20 +117,29 @@ def main():
         np.array(pad_batch([source.tokenize(s) for s, _ in test[i : i + 32]], max_length), np.int32)
         for i in range(0, len(test), 32)
     ]
-    contenders = runners(trained, out)
-    print(f"\n{'runtime':<22}{'ms/sentence, batch 1':>22}{'sentences/s, batch 32':>23}", flush=True)
+    contenders = runners(trained, out, scratch / "deploy-xla")
+    print(f"\n{'runtime':<28}{'ms/sentence, batch 1':>22}{'sentences/s, batch 32':>23}", flush=True)
     translations = {}
     for name, run in contenders.items():
-        run(batches[0][:1])  # warm up
+        singles = [row[None] for row in batches[0]]
+        for tokens in singles + batches:  # warm up every shape timed below (XLA compiles once per shape)
+            run(tokens)
         started = time.perf_counter()
-        for row in batches[0][:16]:
-            run(row[None])
-        latency = (time.perf_counter() - started) / 16 * 1000
+        for tokens in singles:
+            run(tokens)
+        latency = (time.perf_counter() - started) / len(singles) * 1000
         started = time.perf_counter()
         outputs = [run(batch) for batch in batches]
         throughput = len(test) / (time.perf_counter() - started)
         translations[name] = [target.detokenize(row) for batch in outputs for row in batch]
-        print(f"{name:<22}{latency:>22.1f}{throughput:>23.1f}", flush=True)
+        print(f"{name:<28}{latency:>22.1f}{throughput:>23.1f}", flush=True)
+    for variant in ("", "_int8"):
+        for threads in (1, 2):
+            name = f"CTranslate2 {variant[1:] or 'float32'}, {threads} thr"
+            latency, throughput, translations[name] = ctranslate2_in_its_own_process(
+                out / f"ctranslate2{variant}", threads, batches, source, target, max_length
+            )
+            print(f"{name:<28}{latency:>22.1f}{throughput:>23.1f}", flush=True)
     references = [t for _, t in test]
     print(f"\nquality on {len(test)} test sentences ({args.data}), greedy:")
     baseline = score(translations["TFLite float32"], references, lowercase=True)
@@ -118,7 +147,7 @@ def main():
         result = score(translations[name], references, lowercase=True)
         agree = np.mean([a == b for a, b in zip(translations[name], translations["TFLite float32"], strict=True)])
         print(
-            f"  {name:<20} BLEU {result['bleu']:6.2f} ({result['bleu'] - baseline['bleu']:+.2f})  "
+            f"  {name:<28} BLEU {result['bleu']:6.2f} ({result['bleu'] - baseline['bleu']:+.2f})  "
             f"exact {result['exact_match']:6.2f}%  same output as float32: {agree:.1%}"
         )
     shutil.rmtree(scratch)

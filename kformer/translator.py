@@ -15,6 +15,7 @@ from kformer.text import utf8_batch
 
 EXTRA_OUTPUT_TOKENS = 50
 SOURCE_BUCKET = 8  # under XLA, sources are padded to a multiple of this many tokens
+XLA_BEAM_BATCH = 32  # beam search runs under XLA up to this many sentences a batch
 
 
 def padded_tokens(token_ids):
@@ -43,7 +44,8 @@ class Translator(tf.Module):
             fixed-size buffers (`max_length` positions) and sources padded to
             a multiple of 8 tokens, so it compiles once per batch size and
             source bucket (1-2 s each, about what tracing the plain loop
-            costs). About 3x faster a sentence at batch 1, the same tokens.
+            costs). About 3-4x faster a sentence at batch 1, the same tokens.
+            Beam search uses it up to 32 sentences a batch.
             False runs the plain graph loop (growing caches), which TFLite and
             ONNX convert.
 
@@ -89,14 +91,26 @@ class Translator(tf.Module):
         encoder_tokens = encoder_tokens[:, : self.max_length]
         width = tf.shape(encoder_tokens)[1]
         max_length = tf.minimum(width + EXTRA_OUTPUT_TOKENS, self.max_length)
-        if not self.xla:
+
+        def graph_loop():
             return decode(self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, self.use_cache)
+
+        if not self.xla:
+            return graph_loop()
         # Padding is masked, so a wider source gives the same output; buckets of 8 bound the compilations.
         # A lone sentence goes with an empty one: XLA's CPU backend compiles one-row products into loops
         # about 3x slower per step than two-row ones (bench/RESULTS.md), and empty rows are finished at once.
         batch = tf.shape(encoder_tokens)[0]
         padded = tf.pad(encoder_tokens, [[0, tf.maximum(2 - batch, 0)], [0, -width % SOURCE_BUCKET]])
-        return self._decode_compiled(padded, max_length)[:batch, :max_length]
+
+        def compiled():
+            return self._decode_compiled(padded, max_length)[:batch, :max_length]
+
+        if self.beam_size == 1:
+            return compiled()
+        # Beam search rewrites every beam's fixed-size cache at every step; past about 48 sentences a batch
+        # the graph loop's growing caches are faster (bench/RESULTS.md).
+        return tf.cond(batch <= XLA_BEAM_BATCH, compiled, graph_loop)
 
     def _decode_fixed(self, encoder_tokens, max_length):
         """The loop over buffers of `self.max_length` positions, `(B, self.max_length)` out (what XLA compiles)."""
