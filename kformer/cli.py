@@ -357,6 +357,9 @@ def main(argv=None):
     except TrainingInterrupted as stop:
         print(f"kformer {args.command}: {stop}", file=sys.stderr)
         return 130
+    except KeyboardInterrupt:  # outside training, or a second Ctrl-C during it
+        print(f"kformer {args.command}: interrupted.", file=sys.stderr)
+        return 130
     except TrainingDiverged as error:
         print(f"kformer {args.command}: error: {error}", file=sys.stderr)
         return 1

@@ -53,6 +53,8 @@ def write_atomically(path, write):
         os.replace(temporary, path)
     except OSError as error:  # disk full, permissions: name the file the user knows, not the temporary one
         Path(temporary).unlink(missing_ok=True)
+        if error.errno is None:
+            raise
         raise OSError(error.errno, error.strerror, str(path)) from error
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -155,8 +155,8 @@ def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
             f"{out}: holds an interrupted run of a model of another shape; resume it with the settings it "
             "was started with, or choose another --out."
         ) from None
-    if initial_epoch and verbose:
-        print(f"Resuming the interrupted run in {out} at epoch {initial_epoch + 1}.", flush=True)
+    if backup.restored_step is not None and verbose:
+        print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1}.")
     budget = TimeBudget(config.minutes, backup.seconds) if config.minutes else None
     started = time.perf_counter()
     with backup.guard_interrupts():

@@ -186,6 +186,7 @@ class Backup(keras.callbacks.Callback):
         self.every_steps = every_steps
         self.epoch = 0
         self.seconds = 0.0
+        self.restored_step = None  # the step a resumed run goes on from
         self._interrupted = False
         self._started = None
 
@@ -209,7 +210,7 @@ class Backup(keras.callbacks.Callback):
         with model.distribute_strategy.scope():
             model.optimizer.build(model.trainable_variables)
         model.load_weights(self._weights_path)
-        self.epoch, self.seconds = state["epoch"], state["seconds"]
+        self.epoch, self.seconds, self.restored_step = state["epoch"], state["seconds"], state["step"]
         return self.epoch
 
     @contextlib.contextmanager
