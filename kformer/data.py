@@ -66,6 +66,15 @@ def _read_text(path):
         return _decode(archive.read(member), name), name
 
 
+def _report(pairs, source, blank, more=""):
+    duplicates = len(pairs) - len(set(pairs))
+    print(
+        f"Read {len(pairs):,} pairs from {source} ({blank:,} blank lines skipped, "
+        f"{duplicates:,} duplicate pairs kept{more}).",
+        flush=True,
+    )
+
+
 def read_parallel(source_path, target_path, verbose=0):
     """Reads two aligned plain-text files, one sentence a line: the "Moses" format of OPUS and WMT.
 
@@ -109,12 +118,7 @@ def read_parallel(source_path, target_path, verbose=0):
     if not pairs:
         raise DataError(f"{paths[0]}, {paths[1]}: hold no sentence pairs.")
     if verbose:
-        duplicates = len(pairs) - len(set(pairs))
-        print(
-            f"Read {len(pairs):,} pairs from {paths[0]} and {paths[1]} ({blank:,} blank lines skipped, "
-            f"{duplicates:,} duplicate pairs kept).",
-            flush=True,
-        )
+        _report(pairs, f"{paths[0]} and {paths[1]}", blank)
     return pairs
 
 
@@ -158,12 +162,7 @@ def read_pairs(path, verbose=0):
     if not pairs:
         raise DataError(f"{name}: holds no sentence pairs.")
     if verbose:
-        duplicates = len(pairs) - len(set(pairs))
-        print(
-            f"Read {len(pairs):,} pairs from {name} ({blank:,} blank lines skipped, {duplicates:,} duplicate "
-            f"pairs kept, fields after the second tab ignored on {extra_fields:,} lines).",
-            flush=True,
-        )
+        _report(pairs, name, blank, f", fields after the second tab ignored on {extra_fields:,} lines")
     return pairs
 
 

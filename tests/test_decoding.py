@@ -38,20 +38,25 @@ def test_cached_and_uncached_decoding_give_identical_tokens(random_model, traine
         np.testing.assert_array_equal(to_numpy(cached), to_numpy(uncached))
 
 
-def test_cached_step_logits_equal_the_full_decoder(random_model):
+def assert_steps_equal_the_full_decoder(model, buffer_length=None, seed=1):
     """The cache's logits at every position match one teacher-forced decoder pass."""
-    encoder, decoder = random_model.get_layer("encoder"), random_model.get_layer("decoder")
+    encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
     source = random_tokens(2, 5)
     # A generated prefix has no padding in it.
-    generated = np.random.default_rng(1).integers(4, len(VOCAB), size=(2, 6))
+    generated = np.random.default_rng(seed).integers(4, len(VOCAB), size=(2, 6))
     target = np.concatenate([np.full((2, 1), START_ID), generated], 1).astype("int32")
     mask = make_padding_mask(source)
     context = encoder(source)
     full = to_numpy(decoder(target, context=context, context_padding_mask=mask))
-    step, cache = _step_function(decoder, context, mask, 1, use_cache=True)
+    step, cache = _step_function(decoder, context, mask, 1, use_cache=True, buffer_length=buffer_length)
+    assert cache[0]["key"].shape[2] == (buffer_length or 0)
     for t in range(7):
         logits, cache = step(tf.constant(target), tf.constant(t), cache)
         np.testing.assert_allclose(to_numpy(logits), full[:, t], atol=1e-4)
+
+
+def test_cached_step_logits_equal_the_full_decoder(random_model):
+    assert_steps_equal_the_full_decoder(random_model)
 
 
 def test_beam_of_one_is_greedy(random_model):
@@ -214,16 +219,5 @@ def test_xla_loop_over_fixed_buffers_gives_the_plain_loops_tokens(random_model, 
 
 
 def test_fixed_buffer_steps_equal_the_full_decoder(random_model):
-    """The fixed-size cache's logits at every position match one teacher-forced decoder pass."""
-    encoder, decoder = random_model.get_layer("encoder"), random_model.get_layer("decoder")
-    source = random_tokens(2, 5)
-    generated = np.random.default_rng(2).integers(4, len(VOCAB), size=(2, 6))
-    target = np.concatenate([np.full((2, 1), START_ID), generated], 1).astype("int32")
-    mask = make_padding_mask(source)
-    context = encoder(source)
-    full = to_numpy(decoder(target, context=context, context_padding_mask=mask))
-    step, cache = _step_function(decoder, context, mask, 1, use_cache=True, buffer_length=9)
-    assert cache[0]["key"].shape[2] == 9
-    for t in range(7):
-        logits, cache = step(tf.constant(target), tf.constant(t), cache)
-        np.testing.assert_allclose(to_numpy(logits), full[:, t], atol=1e-4)
+    """The same with the fixed-size cache XLA decodes with: 9 positions, written one at a time."""
+    assert_steps_equal_the_full_decoder(random_model, buffer_length=9, seed=2)
