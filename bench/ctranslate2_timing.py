@@ -5,8 +5,8 @@ TensorFlow's spinning thread pools: measured 13 ms a sentence instead of 1.1 ms.
 
     python bench/ctranslate2_timing.py MODEL_DIR THREADS < request.json > result.json
 
-The request is {"singles": [[piece, ...], ...], "batches": [[[piece, ...], ...], ...],
-"max_lengths": [...]} (one output limit per batch, singles use their own);
+The request is {"singles": [[piece, ...], ...], "single_limits": [...], "batches":
+[[[piece, ...], ...], ...], "max_lengths": [...]} (an output limit for each single and each batch);
 the result is {"latency_ms", "throughput", "outputs": [[piece, ...], ...]} (the batches' outputs).
 """
 
@@ -15,8 +15,6 @@ import sys
 import time
 
 import ctranslate2
-
-EXTRA_OUTPUT_TOKENS = 50
 
 
 def main():

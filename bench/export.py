@@ -27,6 +27,7 @@ import tensorflow as tf
 import kformer
 from kformer.evaluation import score
 from kformer.export import export
+from kformer.translator import EXTRA_OUTPUT_TOKENS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
 import onnxruntime  # noqa: E402
@@ -69,7 +70,9 @@ def ctranslate2_in_its_own_process(model_dir, threads, batches, source, target, 
     def pieces(batch):
         return [[source.vocabulary[t] for t in row if t] for row in batch]
 
-    limit = lambda batch: min(batch.shape[1] + 50, max_length)  # noqa: E731  (kformer's output limit)
+    def limit(batch):  # kformer's output limit for the batch's padded source width
+        return min(batch.shape[1] + EXTRA_OUTPUT_TOKENS, max_length)
+
     request = {
         "singles": pieces(batches[0]),
         "single_limits": [limit(batches[0])] * len(batches[0]),

@@ -28,25 +28,29 @@ from kformer.text import END, START, UNK
 POSITIONS = 1024
 
 
-def _linear(spec, kernel, bias=None):
-    """A Keras kernel (in, ..., out) -> CTranslate2's (out, in) weight."""
-    kernel = np.asarray(kernel, np.float32)
-    spec.weight = np.ascontiguousarray(kernel.reshape(-1, kernel.shape[-1]).T) if kernel.ndim == 2 else kernel
-    if bias is not None:
-        spec.bias = np.asarray(bias, np.float32).reshape(-1)
+def _array(variable):
+    return np.asarray(variable.numpy(), np.float32)
 
 
-def _projection(attention, name):
-    """(out, in) weight and bias of an attention projection: query/key/value kernels are (D, H, K)."""
-    kernel = np.asarray(getattr(attention, f"{name}_kernel").numpy(), np.float32)  # (D, H, K)
-    bias = np.asarray(getattr(attention, f"{name}_bias").numpy(), np.float32)  # (H, K)
-    return kernel.reshape(kernel.shape[0], -1).T, bias.reshape(-1)
+def _out_in(variable, input_axes=1):
+    """A Keras kernel `(in..., out...)` -> CTranslate2's `(out, in)` weight, the leading `input_axes` being "in".
+
+    Dense kernels are (in, out); attention's query/key/value kernels (D, H, K)
+    and its output kernel (H, K, D), with input_axes=2.
+    """
+    kernel = _array(variable)
+    return np.ascontiguousarray(kernel.reshape(int(np.prod(kernel.shape[:input_axes])), -1).T)
+
+
+def _linear(spec, kernel, bias, input_axes=1):
+    spec.weight = _out_in(kernel, input_axes)
+    spec.bias = _array(bias).reshape(-1)
 
 
 def _fused(spec, attention, names):
-    weights, biases = zip(*(_projection(attention, name) for name in names), strict=True)
-    spec.weight = np.ascontiguousarray(np.concatenate(weights, axis=0))
-    spec.bias = np.concatenate(biases)
+    """One linear for several projections side by side (CTranslate2 fuses Q, K and V)."""
+    spec.weight = np.concatenate([_out_in(getattr(attention, f"{name}_kernel")) for name in names], axis=0)
+    spec.bias = np.concatenate([_array(getattr(attention, f"{name}_bias")).reshape(-1) for name in names])
 
 
 def _attention(spec, attention, norm, self_attention):
@@ -55,20 +59,17 @@ def _attention(spec, attention, norm, self_attention):
     else:
         _fused(spec.linear[0], attention, ("query",))
         _fused(spec.linear[1], attention, ("key", "value"))
-    output = np.asarray(attention.output_kernel.numpy(), np.float32)  # (H, K, D)
-    spec.linear[-1].weight = np.ascontiguousarray(output.reshape(-1, output.shape[-1]).T)
-    spec.linear[-1].bias = np.asarray(attention.output_bias.numpy(), np.float32)
+    _linear(spec.linear[-1], attention.output_kernel, attention.output_bias, input_axes=2)
     _layer_norm(spec.layer_norm, norm)
 
 
 def _layer_norm(spec, layer):
-    spec.gamma = np.asarray(layer.gamma.numpy(), np.float32)
-    spec.beta = np.asarray(layer.beta.numpy(), np.float32)
+    spec.gamma, spec.beta = _array(layer.gamma), _array(layer.beta)
 
 
 def _feed_forward(spec, feed_forward, norm):
-    _linear(spec.linear_0, feed_forward.hidden.kernel.numpy(), feed_forward.hidden.bias.numpy())
-    _linear(spec.linear_1, feed_forward.projection.kernel.numpy(), feed_forward.projection.bias.numpy())
+    _linear(spec.linear_0, feed_forward.hidden.kernel, feed_forward.hidden.bias)
+    _linear(spec.linear_1, feed_forward.projection.kernel, feed_forward.projection.bias)
     _layer_norm(spec.layer_norm, norm)
 
 
@@ -76,7 +77,7 @@ def _inputs(spec, stack, d_model):
     embedding = stack.embedding
     if not embedding.scale:
         spec.scale_embeddings = False
-    weight = np.asarray(embedding.token_embedding.embeddings.numpy(), np.float32)
+    weight = _array(embedding.token_embedding.embeddings)
     (spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings).weight = weight
     spec.position_encodings.encodings = np.asarray(sinusoidal_encoding(POSITIONS, d_model), np.float32)
     if stack.final_norm is not None:
@@ -105,10 +106,10 @@ def transformer_spec_of(trained):
         _attention(layer_spec.attention, block.cross_attention_layer, block.cross_attention_norm, self_attention=False)
         _feed_forward(layer_spec.ffn, block.feed_forward, block.feed_forward_norm)
     if decoder.tie_embeddings:
-        spec.decoder.projection.weight = np.asarray(decoder.embedding.token_embedding.embeddings.numpy(), np.float32)
+        spec.decoder.projection.weight = _array(decoder.embedding.token_embedding.embeddings)
     else:
         projection = decoder.output_projection
-        _linear(spec.decoder.projection, projection.kernel.numpy(), projection.bias.numpy())
+        _linear(spec.decoder.projection, projection.kernel, projection.bias)
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, START, END
     spec.config.decoder_start_token = START
     spec.config.layer_norm_epsilon = float(first.layer_norm_epsilon)

@@ -85,6 +85,12 @@ def _reorder_beams(state, parent):
     return tf.gather(state, parent)
 
 
+def _token_buffer(rows, max_length, buffer_length):
+    """int32 `(rows, 1 + width)`: [START], then [PAD] for the tokens to come (width: buffer_length if given)."""
+    width = max_length if buffer_length is None else buffer_length
+    return tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, width], PAD_ID)], axis=1)
+
+
 def _invariants(state, fixed):
     """Shape invariants of a loop state: as they are (fixed buffers), or any size (the growing caches)."""
     return tf.nest.map_structure(lambda x: x.shape if fixed else tf.TensorShape([None] * x.shape.rank), state)
@@ -128,8 +134,7 @@ def greedy_search(step, state, start_done, max_length, buffer_length=None):
         int32 `(B, max_length)` (or `(B, buffer_length)`): generated ids, [END] then [PAD] after each.
     """
     batch = tf.shape(start_done)[0]
-    width = max_length if buffer_length is None else buffer_length
-    tokens = tf.concat([tf.fill([batch, 1], START_ID), tf.fill([batch, width], PAD_ID)], axis=1)
+    tokens = _token_buffer(batch, max_length, buffer_length)
 
     def body(t, tokens, done, state):
         logits, state = step(tokens, t, state)
@@ -140,7 +145,12 @@ def greedy_search(step, state, start_done, max_length, buffer_length=None):
         lambda t, tokens, done, state: (t < max_length) & ~tf.reduce_all(done),
         body,
         (tf.constant(0), tokens, start_done, state),
-        shape_invariants=(tf.TensorShape([]), tokens.shape, start_done.shape, _invariants(state, buffer_length)),
+        shape_invariants=(
+            tf.TensorShape([]),
+            tokens.shape,
+            start_done.shape,
+            _invariants(state, fixed=buffer_length is not None),
+        ),
     )
     return tokens[:, 1:]
 
@@ -203,7 +213,7 @@ def continue_prompts(step, state, prompt_tokens, max_new_tokens, choose, stop_id
         lambda t, tokens, done, state: (t < prompt_width + max_new_tokens) & ~tf.reduce_all(done),
         body,
         (tf.constant(0), tokens, tf.zeros([batch], tf.bool), state),
-        shape_invariants=(tf.TensorShape([]), tokens.shape, tf.TensorShape([None]), _invariants(state, False)),
+        shape_invariants=(tf.TensorShape([]), tokens.shape, tf.TensorShape([None]), _invariants(state, fixed=False)),
     )
     positions = tf.expand_dims(prompt_lengths + 1, 1) + tf.range(max_new_tokens)  # (B, N)
     return tf.gather(tokens, positions, batch_dims=1)
@@ -222,8 +232,7 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty, 
     """
     rows = tf.shape(start_done)[0]
     batch = rows // beam_size
-    width = max_length if buffer_length is None else buffer_length
-    tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, width], PAD_ID)], axis=1)
+    tokens = _token_buffer(rows, max_length, buffer_length)
     first_only = tf.concat([[0.0], tf.fill([beam_size - 1], _NEG_INF)], axis=0)  # (beam,)
     # Only the first beam of each sentence is alive at the start, so the
     # first step does not pick the same token beam_size times.
@@ -263,7 +272,7 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty, 
             scores.shape,
             lengths.shape,
             start_done.shape,
-            _invariants(state, buffer_length),
+            _invariants(state, fixed=buffer_length is not None),
         ),
     )
     penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
@@ -285,7 +294,7 @@ def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, u
             decoder over the whole prefix at every step.
         buffer_length: None, or a Python int >= max_length: fixed-size
             buffers and caches of that many positions, so that every shape is
-            static and the whole loop compiles with XLA (see `xla_decoder`).
+            static and the whole loop compiles with XLA (see `Translator(xla=True)`).
 
     Returns:
         int32 `(B, max_length)` (`(B, buffer_length)` with buffer_length):

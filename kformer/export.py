@@ -314,7 +314,7 @@ def export(
         max_new_tokens: the most tokens a language model's artifacts write
             after a prompt (greedily).
         xla: the SavedModel's translator decodes under XLA (`Translator(xla=True)`):
-            about 3x faster a request on CPU, and TensorFlow loads and runs it
+            2.2x faster a request at batch 1 on CPU (bench/RESULTS.md); TensorFlow loads and runs it
             anywhere, but TF Serving runs XLA on CPU only when started with
             `--xla_cpu_compilation_enabled=true` (experimental; tensorflow/serving#1858),
             so it is not the default. TFLite and ONNX always convert the plain loop.

@@ -210,6 +210,14 @@ def _is_chief(strategy):
     )
 
 
+def _save_finished(trained, out, strategy):
+    """Saves the finished model (on the chief only); its resumable backup is then no longer needed."""
+    if _is_chief(strategy):
+        trained.save(out)
+        shutil.rmtree(out / "training" / "backup", ignore_errors=True)
+    return trained
+
+
 def train_translator(splits, out, config=None, verbose=1, overwrite=False):
     """Trains an encoder-decoder translator and saves its model directory.
 
@@ -248,10 +256,7 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
         _, summary = _fit(model, train, valid, steps_per_epoch, out, config, verbose)
     config_json = {"kind": "translator", "max_length": config.max_length, "training": dataclasses.asdict(config)}
     trained = TrainedModel(model, source, target, {**config_json, "result": summary})
-    if _is_chief(strategy):
-        trained.save(out)
-        shutil.rmtree(out / "training" / "backup", ignore_errors=True)  # the finished model replaces it
-    return trained
+    return _save_finished(trained, out, strategy)
 
 
 def read_lines(path):
@@ -305,7 +310,4 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
     summary["perplexity"] = round(perplexity(summary.get("loss", 50.0)), 2)
     config_json = {"kind": "language_model", "max_length": config.max_length, "training": dataclasses.asdict(config)}
     trained = TrainedModel(model, None, tokenizer, {**config_json, "result": summary})
-    if _is_chief(strategy):
-        trained.save(out)
-        shutil.rmtree(out / "training" / "backup", ignore_errors=True)  # the finished model replaces it
-    return trained
+    return _save_finished(trained, out, strategy)

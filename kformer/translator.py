@@ -99,7 +99,7 @@ class Translator(tf.Module):
             return graph_loop()
         # Padding is masked, so a wider source gives the same output; buckets of 8 bound the compilations.
         # A lone sentence goes with an empty one: XLA's CPU backend compiles one-row products into loops
-        # about 3x slower per step than two-row ones (bench/RESULTS.md), and empty rows are finished at once.
+        # about 4x slower per step than two-row ones (bench/RESULTS.md), and empty rows are finished at once.
         batch = tf.shape(encoder_tokens)[0]
         padded = tf.pad(encoder_tokens, [[0, tf.maximum(2 - batch, 0)], [0, -width % SOURCE_BUCKET]])
 

@@ -8,12 +8,13 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ODD_TEXTS, REPO, copy_task_model, run_fresh_python, to_numpy
+from conftest import ODD_TEXTS, REPO, VOCAB, copy_task_model, run_fresh_python, to_numpy
 
 from kformer import Translator
 from kformer.cli import main
 from kformer.decoding import decode
 from kformer.export import ExportError, export
+from kformer.text import END_ID
 
 SENTENCES = ["a b c", "l k j i h", "d e f g", "b"]
 
@@ -326,7 +327,7 @@ def ctranslate2_greedy_ids(directory, trained, encoder_tokens, max_length):
 
 def cut_at_end(ids):
     ids = [int(t) for t in ids]
-    return ids[: ids.index(3)] if 3 in ids else ids
+    return ids[: ids.index(END_ID)] if END_ID in ids else ids
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -334,7 +335,6 @@ def cut_at_end(ids):
 def test_ctranslate2_gives_kerass_greedy_tokens_on_random_models(tmp_path, norm_first, tie_embeddings):
     """Untrained models, post-LN and pre-LN, tied or not: no learned pattern hides a mis-mapped weight."""
     import keras
-    from conftest import VOCAB
 
     from kformer import TrainedModel, build_transformer
     from kformer.ctranslate2_spec import write_ctranslate2
