@@ -177,7 +177,8 @@ class Decoder(_Stack):
         cache = []
         for block in self.blocks:
             attention = block.self_attention
-            empty = ops.zeros((batch_size, attention.num_heads, length or 0, attention.head_dim), self.compute_dtype)
+            shape = (batch_size, attention.num_heads, length or 0, attention.head_dim)
+            empty = ops.zeros(shape, attention.compute_dtype)
             entry = {"key": empty, "value": empty}
             if self.cross_attention:
                 entry.update(block.cross_attention_cache(context))

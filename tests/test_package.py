@@ -56,6 +56,9 @@ def test_training_puts_the_callers_precision_policy_back(tmp_path):
     trained = train_translator(splits, tmp_path / "model", config, verbose=0)
     assert trained.model.get_layer("encoder").compute_dtype == "bfloat16"  # it did train in mixed precision
     assert keras.mixed_precision.global_policy().name == "float32"
+    assert "val_chrf_kept" in trained.config["result"]  # it translated during training, in mixed precision
+    for model in (trained, tmp_path / "model"):  # and translates after, in memory and loaded
+        assert len(kformer.Translator(model).translate(["the black cat sleeps"])) == 1
 
 
 def test_a_fresh_program_loads_a_model_directory_with_nothing_imported_first(tmp_path):

@@ -116,10 +116,13 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         The projections run as one matmul against their kernels side by side
         (faster than one small matmul each); the weights stay separate.
         """
+        # The casts matter only outside __call__ (the decoding cache's methods), where Keras does not
+        # autocast the variables of a mixed-precision layer: keys must come out in the compute dtype.
         kernel = ops.concatenate([getattr(self, f"{name}_kernel") for name in names], axis=1)  # (D_in, n*H, K)
-        projected = ops.einsum("btd,dhk->bthk", x, kernel)  # (B, T, n*H, K)
+        projected = ops.einsum("btd,dhk->bthk", x, ops.cast(kernel, x.dtype))  # (B, T, n*H, K)
         if self.use_bias:
-            projected += ops.concatenate([getattr(self, f"{name}_bias") for name in names], axis=0)
+            bias = ops.concatenate([getattr(self, f"{name}_bias") for name in names], axis=0)
+            projected += ops.cast(bias, x.dtype)
         projected = ops.transpose(projected, (0, 2, 1, 3))  # (B, n*H, T, K)
         return ops.split(projected, len(names), axis=1)  # n x (B, H, T, K)
 
@@ -134,12 +137,12 @@ class MultiHeadAttentionBase(keras.layers.Layer):
             attention_mask,
             dropout=lambda w: self.attention_dropout(w, training=training),
         )  # (B, H, T, K), (B, H, T, S)
-        output = ops.einsum("bhtk,hkd->btd", heads, self.output_kernel)  # (B, T, D)
+        output = ops.einsum("bhtk,hkd->btd", heads, ops.cast(self.output_kernel, heads.dtype))  # (B, T, D)
         return self._add_bias(output, self.output_bias), weights
 
     @staticmethod
     def _add_bias(x, bias):
-        return x if bias is None else x + bias
+        return x if bias is None else x + ops.cast(bias, x.dtype)
 
     def compute_mask(self, x, mask=None):
         return mask

@@ -187,6 +187,7 @@ class TransformerBlock(keras.layers.Layer):
 
         def cached_self_attention(h):
             key, value = self.self_attention.project_keys_values(h)  # (B * beams, H, 1, K) each
+            key, value = ops.cast(key, cache["key"].dtype), ops.cast(value, cache["value"].dtype)  # mixed precision
             if position is None:
                 cache["key"] = ops.concatenate([cache["key"], key], axis=2)  # (B * beams, H, P + 1, K)
                 cache["value"] = ops.concatenate([cache["value"], value], axis=2)
