@@ -41,8 +41,10 @@ _EXPORTS = {
     **dict.fromkeys(["Decoder", "Encoder", "build_decoder_only", "build_transformer"], "kformer.model"),
     **dict.fromkeys(["TrainedModel", "load"], "kformer.model_dir"),
     **dict.fromkeys(["TrainingConfig", "train_language_model", "train_translator"], "kformer.recipes"),
-    **dict.fromkeys(["evaluate", "score"], "kformer.evaluation"),
-    **dict.fromkeys(["MaskedAccuracy", "MaskedSparseCrossEntropy", "TransformerSchedule"], "kformer.training"),
+    **dict.fromkeys(["BestTranslations", "evaluate", "score"], "kformer.evaluation"),
+    **dict.fromkeys(
+        ["BudgetSchedule", "MaskedAccuracy", "MaskedSparseCrossEntropy", "TransformerSchedule"], "kformer.training"
+    ),
     "Translator": "kformer.translator",
     "Generator": "kformer.generator",
 }

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from kformer.choices import FORMATS, QUANTIZATIONS, STRATEGIES, TASKS
+from kformer.choices import FORMATS, QUANTIZATIONS, SCHEDULES, STRATEGIES, TASKS
 
 DEMO_CONFIG = dict(
     d_model=128,
@@ -41,6 +41,10 @@ def _config(args, **overrides):
             settings[name] = value
     if getattr(args, "vocab_size", None):
         settings["source_vocab_size"] = settings["target_vocab_size"] = args.vocab_size
+    if not 0.0 < settings.get("ema", 0.5) < 1.0:
+        raise _UsageError(f"--ema is a decay between 0 and 1 (such as 0.999), not {settings['ema']}.")
+    if settings.get("batch_tokens", 1) < 1:
+        raise _UsageError(f"--batch-tokens must be a positive number of tokens, not {settings['batch_tokens']}.")
     return TrainingConfig(**settings)
 
 
@@ -209,9 +213,22 @@ def _add_training_flags(parser):
     group.add_argument("--tie-embeddings", dest="tie_embeddings", action="store_const", const=True)
     group.add_argument("--vocab-size", dest="vocab_size", type=int, help="WordPiece vocabulary size per side")
     group.add_argument("--max-length", dest="max_length", type=int, help="tokens kept per sentence")
-    group.add_argument("--batch-size", dest="batch_size", type=int)
+    group.add_argument("--batch-size", dest="batch_size", type=int, help="sentences a batch (default: 64)")
+    group.add_argument(
+        "--batch-tokens", dest="batch_tokens", type=int, help="batches of this many padded tokens a side instead"
+    )
     group.add_argument("--label-smoothing", dest="label_smoothing", type=float)
+    group.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        help="budget: warmup, then linear decay to zero when --minutes or --epochs end (default); "
+        "noam: the paper's 1/sqrt(step)",
+    )
     group.add_argument("--warmup-steps", dest="warmup_steps", type=int)
+    group.add_argument("--ema", type=float, help="keep and save a moving average of the weights with this decay")
+    group.add_argument(
+        "--init-from", dest="init_from", help="a trained translator's directory to start from (fine-tuning)"
+    )
     group.add_argument(
         "--learning-rate-scale", dest="learning_rate_scale", type=float, help="multiplies the schedule's rate"
     )

@@ -6,10 +6,12 @@ pair per line, UTF-8; given as .txt/.tsv or as the .zip it is published in.
 
 import hashlib
 import itertools
+import math
 import unicodedata
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from kformer.text import END_ID, PAD_ID, START_ID
@@ -205,6 +207,34 @@ def teacher_forcing(source_ids, target_ids, max_length):
     return (source_ids, decoder_tokens), labels
 
 
+def bucket_boundaries(max_length, bucket_width=8):
+    """Length bucket edges: a pair of length n (its longer side) goes in the first bucket whose edge is above n.
+
+    The last edge lies past max_length, so every pair fits a bucket.
+    """
+    return list(range(bucket_width + 1, max_length + bucket_width + 1, bucket_width))
+
+
+def bucket_batch_sizes(boundaries, batch_size=64, batch_tokens=None):
+    """Sentences a batch in each bucket: `batch_size`, or as many as fit `batch_tokens` padded tokens."""
+    if batch_tokens is None:
+        return [batch_size] * (len(boundaries) + 1)
+    widths = [edge - 1 for edge in boundaries]  # a bucket pads to just below its edge
+    return [max(1, batch_tokens // width) for width in widths + widths[-1:]]
+
+
+def batches_per_epoch(pairs, source_tokenizer, target_tokenizer, batch_size=64, max_length=40, batch_tokens=None):
+    """How many batches `make_dataset` makes of `pairs` in one pass (its bucketing, counted in NumPy)."""
+    sources, targets = zip(*pairs, strict=True)
+    source_lengths = np.minimum(source_tokenizer.tokenize(tf.constant(sources)).row_lengths().numpy(), max_length)
+    target_lengths = np.minimum(target_tokenizer.tokenize(tf.constant(targets)).row_lengths().numpy() + 1, max_length)
+    boundaries = bucket_boundaries(max_length)
+    buckets = np.searchsorted(boundaries, np.maximum(source_lengths, target_lengths), side="right")
+    sizes = bucket_batch_sizes(boundaries, batch_size, batch_tokens)
+    counts = np.bincount(buckets, minlength=len(sizes))
+    return max(1, sum(math.ceil(count / size) for count, size in zip(counts, sizes, strict=True)))
+
+
 def make_dataset(
     pairs,
     source_tokenizer,
@@ -215,13 +245,17 @@ def make_dataset(
     repeat=False,
     seed=0,
     bucket_width=8,
+    batch_tokens=None,
 ):
     """The tf.data pipeline: tokenize, truncate, teacher forcing, bucket, pad.
 
     Pairs of similar length are batched together (buckets `bucket_width`
     tokens wide) and padded with 0 only to their bucket's edge, so a batch of
     six-word sentences is not padded to `max_length`, and XLA sees a few
-    shapes instead of one per length.
+    shapes instead of one per length. A bucket's batches hold `batch_size`
+    sentences, or with `batch_tokens` as many as fit that many padded tokens
+    a side (the paper's, fairseq's and OpenNMT's way: short sentences come
+    in bigger batches, so every step does about the same work).
 
     Yields:
         ((encoder_tokens (B, S), decoder_tokens (B, T)), labels (B, T)), int32.
@@ -237,12 +271,11 @@ def make_dataset(
         dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    # The last edge lies past max_length, so every example fits a bucket.
-    boundaries = list(range(bucket_width + 1, max_length + bucket_width + 1, bucket_width))
+    boundaries = bucket_boundaries(max_length, bucket_width)
     dataset = dataset.bucket_by_sequence_length(
         element_length_func=lambda inputs, labels: tf.maximum(tf.shape(inputs[0])[0], tf.shape(labels)[0]),
         bucket_boundaries=boundaries,
-        bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+        bucket_batch_sizes=bucket_batch_sizes(boundaries, batch_size, batch_tokens),
         padding_values=((PAD_ID, PAD_ID), PAD_ID),
         pad_to_bucket_boundary=True,
         drop_remainder=False,

@@ -1,9 +1,12 @@
 """Scoring translations: sacreBLEU's BLEU and chrF, and exact match."""
 
+import os
 import time
 
+import keras
 import sacrebleu
 
+from kformer.model_dir import TrainedModel
 from kformer.translator import Translator
 
 
@@ -32,3 +35,61 @@ def evaluate(trained, pairs, batch_size=64, lowercase=False):
     result = score(hypotheses, [t for _, t in pairs], lowercase=lowercase)
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
+
+
+class BestTranslations(keras.callbacks.Callback):
+    """Keeps the weights that translate the validation pairs best (chrF), not those with the lowest loss.
+
+    At each epoch's end it translates up to `sentences` validation sources
+    greedily, adds `val_chrf` and `val_bleu` to the epoch's logs (for the
+    history, and for EarlyStopping to watch), and keeps a copy of the weights
+    when chrF is the best so far, written to `path` too. When training ends
+    the best copy goes back into the model. Loss and translation quality
+    disagree late in training (label smoothing rewards hedging), which is why
+    MT toolkits select by a translation score.
+
+    With a moving average of the weights (`ema`), the average is scored and
+    kept, since it is what a finished run saves.
+
+    Args:
+        pairs: validation (source, target) pairs.
+        source_tokenizer, target_tokenizer, max_length: the model's.
+        path: where to write the best weights (a Path; None: memory only).
+    """
+
+    def __init__(self, pairs, source_tokenizer, target_tokenizer, max_length, path=None, sentences=1000):
+        super().__init__()
+        pairs = pairs[:sentences]
+        self.sources = [s for s, _ in pairs]
+        self.references = [t for _, t in pairs]
+        self.tokenizers = (source_tokenizer, target_tokenizer)
+        self.max_length = max_length
+        self.path = path
+        self.best = -1.0
+        self.best_weights = None
+        self._translator = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._translator is None:
+            trained = TrainedModel(self.model, *self.tokenizers, {"kind": "translator", "max_length": self.max_length})
+            self._translator = Translator(trained, xla=False)  # one trace; XLA would compile per shape
+        optimizer = self.model.optimizer
+        raw = [variable.numpy() for variable in self.model.trainable_variables] if optimizer.use_ema else None
+        if raw:
+            optimizer.finalize_variable_values(self.model.trainable_variables)  # the average, as fit's end does
+        scores = score(self._translator.translate(self.sources), self.references)
+        if logs is not None:
+            logs.update(val_chrf=scores["chrf"], val_bleu=scores["bleu"])
+        if scores["chrf"] > self.best:
+            self.best, self.best_weights = scores["chrf"], self.model.get_weights()
+            if self.path is not None:  # Keras wants the name to end in .weights.h5, so not write_atomically
+                partial = self.path.with_name("partial-" + self.path.name)
+                self.model.save_weights(partial)
+                os.replace(partial, self.path)
+        if raw:
+            for variable, value in zip(self.model.trainable_variables, raw, strict=True):
+                variable.assign(value)
+
+    def on_train_end(self, logs=None):
+        if self.best_weights is not None:
+            self.model.set_weights(self.best_weights)

@@ -5,7 +5,6 @@ The CLI is a thin layer over these; notebooks and scripts call them directly.
 
 import contextlib
 import dataclasses
-import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -15,19 +14,31 @@ import keras
 import tensorflow as tf
 
 from kformer import plots
-from kformer.data import DataError, make_dataset
+from kformer.choices import SCHEDULES
+from kformer.data import DataError, batches_per_epoch, make_dataset
+from kformer.evaluation import BestTranslations
 from kformer.model import build_decoder_only, build_transformer
 from kformer.model_dir import (
     SOURCE_VOCAB_FILE,
     TARGET_VOCAB_FILE,
     ModelDirectoryError,
     TrainedModel,
+    load,
     prepare_output,
     require_space,
     write_atomically,
 )
 from kformer.text import Tokenizer, build_vocabulary
-from kformer.training import Backup, TimeBudget, compile_for_training, fit_across_workers, make_strategy, perplexity
+from kformer.training import (
+    Backup,
+    BudgetSchedule,
+    TimeBudget,
+    TransformerSchedule,
+    compile_for_training,
+    fit_across_workers,
+    make_strategy,
+    perplexity,
+)
 
 
 @dataclass
@@ -36,7 +47,7 @@ class TrainingConfig:
 
     d_model: int = 256
     num_heads: int = 8
-    num_layers: int = 4
+    num_layers: int = 2
     d_ff: int = 1024
     dropout: float = 0.1
     norm_first: bool = False
@@ -45,10 +56,13 @@ class TrainingConfig:
     target_vocab_size: int = 8000
     max_length: int = 40
     batch_size: int = 64
+    batch_tokens: int | None = None
     label_smoothing: float = 0.1
+    schedule: str = "budget"
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0
     clipnorm: float | None = None
+    ema: float | None = None
     epochs: int | None = None
     minutes: float | None = None
     steps_per_epoch: int | None = None
@@ -58,6 +72,7 @@ class TrainingConfig:
     jit_compile: bool = True
     strategy: str = "default"
     mixed_precision: bool = False
+    init_from: str | None = None
 
     def model_settings(self):
         return {
@@ -66,15 +81,28 @@ class TrainingConfig:
         }
 
 
-def _compile(model, config):
+def _schedule(config, steps_per_epoch):
+    """The paper's schedule, or the budget's: down to zero at the last epoch's end or when --minutes run out.
+
+    Under --minutes alone the end is not known yet; `TimeBudget` sets it from the measured pace.
+    """
+    if config.schedule == "noam":
+        return TransformerSchedule(config.d_model, config.warmup_steps, config.learning_rate_scale)
+    if config.schedule != "budget":
+        raise ValueError(f"unknown schedule {config.schedule!r}; choose one of {', '.join(SCHEDULES)}.")
+    total_steps = steps_per_epoch * _epochs(config) if config.epochs or not config.minutes else 1e9
+    return BudgetSchedule(config.d_model, total_steps, config.warmup_steps, config.learning_rate_scale)
+
+
+def _compile(model, config, schedule):
     compile_for_training(
         model,
         config.d_model,
         config.label_smoothing,
-        config.warmup_steps,
-        config.learning_rate_scale,
-        config.clipnorm,
-        config.jit_compile,
+        jit_compile=config.jit_compile,
+        clipnorm=config.clipnorm,
+        schedule=schedule,
+        ema=config.ema,
     )
 
 
@@ -112,27 +140,31 @@ def _training_setup(config):
         keras.mixed_precision.set_global_policy(previous)
 
 
-def _build(strategy, config, builder, *vocab_sizes):
-    """`builder(*vocab_sizes, **model settings)` made and compiled under the strategy."""
+def _build(strategy, config, builder, vocab_sizes, steps_per_epoch, weights=None):
+    """`builder(*vocab_sizes, **model settings)` made (with `weights`, if given) and compiled under the strategy.
+
+    Returns:
+        (model, its learning-rate schedule).
+    """
     with strategy.scope():
         model = builder(*vocab_sizes, **config.model_settings())
-        _compile(model, config)
-    return model
+        if weights is not None:
+            model.set_weights(weights)
+        schedule = _schedule(config, steps_per_epoch)
+        _compile(model, config, schedule)
+    return model, schedule
 
 
-def _callbacks(out, config, validation, budget, backup):
+def _callbacks(out, config, keeper, budget, backup):
+    """The best-translation keeper first (EarlyStopping and the logs read the val_chrf it adds), the backup last."""
     training_dir = out / "training"
-    callbacks = [
+    callbacks = []
+    if keeper is not None:
+        callbacks += [keeper, keras.callbacks.EarlyStopping(monitor="val_chrf", mode="max", patience=config.patience)]
+    callbacks += [
         keras.callbacks.CSVLogger(str(training_dir / "history.csv"), append=True),
         keras.callbacks.TensorBoard(str(training_dir / "logs"), update_freq=100),
     ]
-    if validation:
-        callbacks += [
-            keras.callbacks.ModelCheckpoint(
-                str(training_dir / "best.weights.h5"), monitor="val_loss", save_best_only=True, save_weights_only=True
-            ),
-            keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.patience, restore_best_weights=True),
-        ]
     if budget is not None:
         callbacks.append(budget)
     return callbacks + [backup]  # last: an epoch is logged before a Ctrl-C stops the run there
@@ -143,7 +175,7 @@ def _epochs(config):
     return config.epochs or (10_000 if config.minutes else 10)
 
 
-def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
+def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper=None):
     """model.fit under the epoch count or the wall-clock budget; returns (history, summary)."""
     if config.strategy == "multiworker":
         return _fit_across_workers(model, train, steps_per_epoch, config, verbose)
@@ -157,7 +189,7 @@ def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
         ) from None
     if backup.restored_step is not None and verbose:
         print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1}.")
-    budget = TimeBudget(config.minutes, backup.seconds) if config.minutes else None
+    budget = TimeBudget(config.minutes, backup.seconds, schedule) if config.minutes else None
     started = time.perf_counter()
     with backup.guard_interrupts():
         history = model.fit(
@@ -166,7 +198,7 @@ def _fit(model, train, valid, steps_per_epoch, out, config, verbose):
             epochs=_epochs(config),
             initial_epoch=initial_epoch,
             steps_per_epoch=steps_per_epoch,
-            callbacks=_callbacks(out, config, valid is not None, budget, backup),
+            callbacks=_callbacks(out, config, keeper, budget, backup),
             shuffle=False,  # the dataset shuffles itself
             verbose=verbose,
         )
@@ -218,6 +250,41 @@ def _save_finished(trained, out, strategy):
     return trained
 
 
+ARCHITECTURE = ("d_model", "num_heads", "num_layers", "d_ff", "norm_first", "tie_embeddings")
+
+
+def _starting_point(config, out):
+    """For --init-from: the trained translator to start from, with `config` taking its architecture.
+
+    Its vocabularies are copied into `out`, so the new run tokenizes as the
+    old one did (words it never saw fall to WordPiece pieces or [UNK]).
+
+    Returns:
+        (the `TrainedModel` or None, the config to train with).
+    """
+    if not config.init_from:
+        return None, config
+    base = load(config.init_from)
+    if base.kind != "translator":
+        raise ModelDirectoryError(f"{config.init_from}: holds a {base.kind}; --init-from needs a translator.")
+    saved = base.config.get("training", {})
+    if not all(name in saved for name in ARCHITECTURE):
+        raise ModelDirectoryError(
+            f"{config.init_from}/config.json: does not record the model's settings (its 'training' entry), "
+            "so it cannot be trained further; start from a directory written by `kformer train`."
+        )
+    config = dataclasses.replace(
+        config,
+        **{name: saved[name] for name in ARCHITECTURE},
+        source_vocab_size=base.source_tokenizer.vocab_size,
+        target_vocab_size=base.target_tokenizer.vocab_size,
+    )
+    for name, tokenizer in ((SOURCE_VOCAB_FILE, base.source_tokenizer), (TARGET_VOCAB_FILE, base.target_tokenizer)):
+        if not (out / name).is_file():
+            write_atomically(out / name, tokenizer.save)
+    return base, config
+
+
 def train_translator(splits, out, config=None, verbose=1, overwrite=False):
     """Trains an encoder-decoder translator and saves its model directory.
 
@@ -225,7 +292,9 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
         splits: {"train": pairs, "valid": pairs, ...}, pairs as (source, target).
         out: the model directory to write (and to resume from if a run was
             killed: its vocabularies and training/backup are reused).
-        config: a `TrainingConfig`.
+        config: a `TrainingConfig`. With `init_from` (a translator's model
+            directory) training starts from that model, its architecture
+            and its vocabularies: fine-tuning.
         overwrite: train a new model over a finished one in `out` (otherwise
             that is refused: `ModelDirectoryError`).
 
@@ -238,22 +307,32 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
     train_pairs, valid_pairs = splits["train"], splits.get("valid") or []
     if not train_pairs:
         raise DataError("the training split is empty; give more sentence pairs.")
+    base, config = _starting_point(config, out)
     with _training_setup(config) as (strategy, policy):
         source = _vocabulary(out / SOURCE_VOCAB_FILE, [s for s, _ in train_pairs], config.source_vocab_size, verbose)
         target = _vocabulary(out / TARGET_VOCAB_FILE, [t for _, t in train_pairs], config.target_vocab_size, verbose)
-        model = _build(strategy, config, build_transformer, source.vocab_size, target.vocab_size)
+        batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
+        steps_per_epoch = config.steps_per_epoch or batches_per_epoch(train_pairs, source, target, **batches)
+        weights = base.model.get_weights() if base else None
+        sizes = (source.vocab_size, target.vocab_size)
+        model, schedule = _build(strategy, config, build_transformer, sizes, steps_per_epoch, weights)
         require_space(out, model)
-        batches = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
-        train = make_dataset(train_pairs, source, target, repeat=True, **batches)
-        valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches) if valid_pairs else None
-        steps_per_epoch = config.steps_per_epoch or math.ceil(len(train_pairs) / config.batch_size)
+        train = make_dataset(train_pairs, source, target, repeat=True, seed=config.seed, **batches)
+        valid, keeper = None, None
+        if valid_pairs:
+            valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches)
+            best = out / "training" / "best.weights.h5"
+            keeper = BestTranslations(valid_pairs, source, target, config.max_length, best)
         if verbose:
+            start = f"from {config.init_from}, " if base else ""
             print(
-                f"Training a {model.count_params():,}-parameter Transformer on {len(train_pairs):,} pairs "
+                f"Training a {model.count_params():,}-parameter Transformer {start}on {len(train_pairs):,} pairs "
                 f"({steps_per_epoch} steps an epoch, {policy}, strategy {config.strategy}) ...",
                 flush=True,
             )
-        _, summary = _fit(model, train, valid, steps_per_epoch, out, config, verbose)
+        _, summary = _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper)
+        if keeper is not None and keeper.best >= 0:
+            summary["val_chrf_kept"] = keeper.best
     config_json = {"kind": "translator", "max_length": config.max_length, "training": dataclasses.asdict(config)}
     trained = TrainedModel(model, source, target, {**config_json, "result": summary})
     return _save_finished(trained, out, strategy)
@@ -291,22 +370,22 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
         raise DataError("no text to train on; give at least one line.")
     with _training_setup(config) as (strategy, _):
         tokenizer = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose)
-        model = _build(strategy, config, build_decoder_only, tokenizer.vocab_size)
-        require_space(out, model)
         # A language model is a translator from nothing: reuse the pair pipeline
         # with an empty source and keep only the decoder side.
         pairs = [("", line) for line in lines]
-        batches = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
-        dataset = make_dataset(pairs, tokenizer, tokenizer, repeat=True, **batches)
+        batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
+        steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, tokenizer, tokenizer, **batches)
+        model, schedule = _build(strategy, config, build_decoder_only, (tokenizer.vocab_size,), steps_per_epoch)
+        require_space(out, model)
+        dataset = make_dataset(pairs, tokenizer, tokenizer, repeat=True, seed=config.seed, **batches)
         dataset = dataset.map(lambda inputs, labels: (inputs[1], labels))
-        steps_per_epoch = config.steps_per_epoch or math.ceil(len(lines) / config.batch_size)
         if verbose:
             print(
                 f"Training a {model.count_params():,}-parameter decoder-only model on {len(lines):,} lines "
                 f"({steps_per_epoch} steps an epoch) ...",
                 flush=True,
             )
-        _, summary = _fit(model, dataset, None, steps_per_epoch, out, config, verbose)
+        _, summary = _fit(model, schedule, dataset, None, steps_per_epoch, out, config, verbose)
     summary["perplexity"] = round(perplexity(summary.get("loss", 50.0)), 2)
     config_json = {"kind": "language_model", "max_length": config.max_length, "training": dataclasses.asdict(config)}
     trained = TrainedModel(model, None, tokenizer, {**config_json, "result": summary})

@@ -1,9 +1,12 @@
 """The training recipe: loss, metric, schedule, callbacks, strategies, model.fit.
 
-Follows the paper (section 5): Adam(0.9, 0.98, 1e-9) with a warmup then
-inverse-square-root learning rate, label smoothing 0.1, dropout 0.1.
+Follows the paper (section 5): Adam(0.9, 0.98, 1e-9), label smoothing 0.1,
+dropout 0.1, and either its schedule (warmup, then 1/sqrt(step), built for
+100k steps) or, by default, the same warmup and peak decaying linearly to zero
+exactly when the budget (epochs or minutes) ends.
 """
 
+import collections
 import contextlib
 import json
 import math
@@ -111,14 +114,67 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
 
 
-def make_optimizer(d_model, warmup_steps=4000, learning_rate_scale=1.0, clipnorm=None):
-    """Adam(0.9, 0.98, 1e-9) on the paper's schedule, optionally clipping the gradient norm."""
+@keras.saving.register_keras_serializable(package="kformer")
+class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Warmup to the paper's peak, then a straight line down to zero at the budget's last step.
+
+        lr(step) = peak * min(1, step / w) * max(0, 1 - step / total_steps)
+        peak = scale * d_model^-0.5 * warmup_steps^-0.5   (the paper's schedule at its top)
+        w = min(warmup_steps, warmup_fraction * total_steps)
+
+    Under a fixed budget, linear decay to zero beat step, cosine and
+    inverse-square-root schedules (Li, Yumer and Ramanan, "Budgeted training",
+    ICLR 2020); the paper's own schedule, made for 100k steps, is still high
+    when a short run stops. A short budget also shortens the warmup, so a
+    600-step run does not spend itself warming up. `total_steps` is a
+    variable: under a wall-clock budget `TimeBudget` refreshes it from the
+    measured step time as training goes.
+    """
+
+    def __init__(self, d_model, total_steps, warmup_steps=4000, scale=1.0, warmup_fraction=0.1):
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.scale = scale
+        self.warmup_fraction = warmup_fraction
+        self.total_steps = tf.Variable(float(total_steps), trainable=False, dtype=tf.float32, name="total_steps")
+
+    @property
+    def peak(self):
+        return self.scale * self.d_model**-0.5 * self.warmup_steps**-0.5
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        total = ops.convert_to_tensor(self.total_steps)
+        warmup = ops.minimum(float(self.warmup_steps), ops.maximum(self.warmup_fraction * total, 1.0))
+        rise = ops.minimum(1.0, step / warmup)
+        return self.peak * rise * ops.maximum(0.0, 1.0 - step / total)
+
+    def get_config(self):
+        return {
+            "d_model": self.d_model,
+            "total_steps": float(self.total_steps.numpy()),
+            "warmup_steps": self.warmup_steps,
+            "scale": self.scale,
+            "warmup_fraction": self.warmup_fraction,
+        }
+
+
+def make_optimizer(schedule, clipnorm=None, ema=None):
+    """Adam(0.9, 0.98, 1e-9) on `schedule`, optionally clipping the gradient norm.
+
+    Args:
+        ema: keep an exponential moving average of the weights with this
+            decay (Keras' `use_ema`); `model.fit` puts the averages into the
+            model when it ends.
+    """
     return keras.optimizers.Adam(
-        TransformerSchedule(d_model, warmup_steps, learning_rate_scale),
+        schedule,
         beta_1=0.9,
         beta_2=0.98,
         epsilon=1e-9,
         clipnorm=clipnorm,
+        use_ema=bool(ema),
+        ema_momentum=ema or 0.99,
     )
 
 
@@ -126,22 +182,44 @@ class TimeBudget(keras.callbacks.Callback):
     """Stops training once `minutes` of wall-clock time have passed (`spent_seconds` of them before a resume).
 
     Checked after every batch; records the steps actually run, since Keras's
-    per-epoch ms/step is divided by the epoch's nominal length.
+    per-epoch ms/step is divided by the epoch's nominal length. When the
+    optimizer follows a `BudgetSchedule`, it also sets the schedule's
+    `total_steps` to the steps done plus those the remaining time allows at
+    the pace of the last `window` steps (validation pauses included), so the
+    learning rate reaches zero about when the time does.
+
+    Args:
+        schedule: the optimizer's schedule, when it is a `BudgetSchedule`.
     """
 
-    def __init__(self, minutes, spent_seconds=0.0):
+    def __init__(self, minutes, spent_seconds=0.0, schedule=None, window=200):
         super().__init__()
         self.seconds = minutes * 60.0
+        self.schedule = schedule if isinstance(schedule, BudgetSchedule) else None
+        self._most_steps = float(self.schedule.total_steps.numpy()) if self.schedule else None  # an epoch count's
         self.steps = 0
         self.elapsed = spent_seconds
         self.expired = False
+        self._times = collections.deque(maxlen=window)
 
     def on_train_begin(self, logs=None):
         self._start = time.perf_counter() - self.elapsed
+        done = int(self.model.optimizer.iterations.numpy())
+        if self.schedule is not None and done and self.elapsed:  # a resumed run: its pace so far
+            self._estimate(done, self.elapsed / done)
+
+    def _estimate(self, done, seconds_per_step):
+        remaining = max(self.seconds - self.elapsed, 0.0) / max(seconds_per_step, 1e-6)
+        self.schedule.total_steps.assign(min(float(done + remaining + 1), self._most_steps))
 
     def on_train_batch_end(self, batch, logs=None):
         self.steps += 1
-        self.elapsed = time.perf_counter() - self._start
+        now = time.perf_counter()
+        self.elapsed = now - self._start
+        self._times.append(now)
+        if self.schedule is not None and len(self._times) >= 10:
+            pace = (self._times[-1] - self._times[0]) / (len(self._times) - 1)
+            self._estimate(int(self.model.optimizer.iterations.numpy()), pace)
         if self.elapsed >= self.seconds:
             self.expired = True
             self.model.stop_training = True
@@ -350,10 +428,17 @@ def compile_for_training(
     learning_rate_scale=1.0,
     clipnorm=None,
     jit_compile=True,
+    schedule=None,
+    ema=None,
 ):
-    """Compiles `model` with the paper's optimizer, the masked smoothed loss and token accuracy."""
+    """Compiles `model` with Adam, the masked smoothed loss and token accuracy.
+
+    `schedule` defaults to the paper's (`TransformerSchedule`); `ema` is
+    `make_optimizer`'s.
+    """
+    schedule = schedule or TransformerSchedule(d_model, warmup_steps, learning_rate_scale)
     model.compile(
-        optimizer=make_optimizer(d_model, warmup_steps, learning_rate_scale, clipnorm),
+        optimizer=make_optimizer(schedule, clipnorm, ema),
         loss=MaskedSparseCrossEntropy(label_smoothing),
         metrics=[MaskedAccuracy()],
         jit_compile=jit_compile,

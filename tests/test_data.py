@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kformer.data import DataError, make_dataset, read_pairs, split_pairs, teacher_forcing
+from kformer.data import DataError, batches_per_epoch, make_dataset, read_pairs, split_pairs, teacher_forcing
 from kformer.text import END_ID, START_ID, Tokenizer
 
 
@@ -146,6 +146,33 @@ def test_batches_are_padded_with_zeros_to_their_bucket_edge():
     np.testing.assert_array_equal(encoder_tokens.numpy()[order], [[4, 0, 0, 0], [4, 5, 6, 0]])
     np.testing.assert_array_equal(decoder_tokens.numpy()[order], [[START_ID, 5, 0, 0], [START_ID, 6, 5, 0]])
     np.testing.assert_array_equal(labels.numpy()[order], [[5, END_ID, 0, 0], [6, 5, END_ID, 0]])
+
+
+@pytest.mark.parametrize("batch_tokens", [None, 100, 333])
+def test_token_batches_fill_a_token_count_in_every_bucket(batch_tokens):
+    """--batch-tokens: a batch is as many sentences as fit the count at its bucket's padded width, every pair once."""
+    words = "a b c d e f g h i j".split()
+    tokenizer = Tokenizer(["[PAD]", "[UNK]", "[START]", "[END]", *words])
+    pair_rng = np.random.default_rng(5)
+    pairs = [  # lengths 1-44 (some past max_length), the target up to two words shorter
+        (" ".join(pair_rng.choice(words, n)), " ".join(pair_rng.choice(words, max(n - d, 1))))
+        for n, d in zip(pair_rng.integers(1, 45, size=700), pair_rng.integers(0, 3, size=700), strict=True)
+    ]
+    dataset = make_dataset(pairs, tokenizer, tokenizer, batch_size=16, max_length=40, batch_tokens=batch_tokens)
+    batches = [(inputs[0].numpy(), labels.numpy()) for inputs, labels in dataset]
+    assert sum(len(source) for source, _ in batches) == len(pairs)
+    sizes = {}  # padded width -> sentences in its batches
+    for source, labels in batches:
+        width = source.shape[1]
+        assert width == labels.shape[1] and width in (8, 16, 24, 32, 40)
+        assert len(source) <= (batch_tokens // width if batch_tokens else 16)
+        sizes.setdefault(width, []).append(len(source))
+    for width, counts in sizes.items():
+        full = batch_tokens // width if batch_tokens else 16
+        assert counts.count(full) >= len(counts) - 1  # only a bucket's last batch is short
+    assert batches_per_epoch(pairs, tokenizer, tokenizer, 16, 40, batch_tokens) == len(batches)
+    if batch_tokens:
+        assert max(sizes[8]) > 3 * max(sizes[40])  # short sentences come in bigger batches
 
 
 def write_lines(path, lines, encoding="utf-8", ending="\n"):

@@ -9,7 +9,7 @@ from conftest import to_numpy
 from kformer import MaskedAccuracy, MaskedSparseCrossEntropy, TransformerSchedule, build_transformer
 from kformer.decoding import decode
 from kformer.text import END_ID, START_ID
-from kformer.training import TimeBudget, compile_for_training
+from kformer.training import BudgetSchedule, TimeBudget, compile_for_training
 
 rng = np.random.default_rng(11)
 
@@ -54,6 +54,58 @@ def test_schedule_is_the_papers():
         assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-5)  # iterations count from 0
     rates = [float(schedule(step)) for step in range(0, 10_000, 50)]
     assert np.argmax(rates) == 4000 // 50  # the update at step 4001, the nearest sampled to the peak
+
+
+def budget_reference(step, d_model, warmup, total):
+    """The budget schedule written out: the paper's peak after min(warmup, total / 10) steps, then a line to 0."""
+    peak = d_model**-0.5 * warmup**-0.5
+    warmup = min(warmup, total / 10)
+    return peak * min(1.0, step / warmup) * max(0.0, 1.0 - step / total)
+
+
+@pytest.mark.parametrize("total", [600, 7_000, 100_000])
+def test_budget_schedule_warms_up_then_falls_to_zero_at_the_budget(total):
+    schedule = BudgetSchedule(d_model=256, total_steps=total, warmup_steps=4000)
+    steps = [1, 2, 59, 60, 61, 399, 400, 4000, total // 2, total - 1, total]
+    for step in sorted({s for s in steps if s <= total}):
+        expected = budget_reference(step, 256, 4000, total)
+        assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-4, abs=1e-9)  # float32 near the end
+    assert float(schedule(total - 1)) == 0.0  # the budget's last update
+    top = max(float(schedule(step)) for step in range(0, total, max(total // 1000, 1)))
+    warmup = min(4000, total / 10)
+    paper_peak = float(TransformerSchedule(256, 4000)(3999))
+    assert top == pytest.approx(paper_peak * (1 - warmup / total), rel=0.02)  # the paper's peak, then the line
+    # A short budget does not spend itself warming up: 600 steps warm up for 60, not 4,000.
+    if total == 600:
+        assert float(schedule(59)) > 0.85 * top
+
+
+def test_budget_schedule_survives_saving():
+    schedule = BudgetSchedule(d_model=64, total_steps=1234, warmup_steps=100, scale=2.0)
+    schedule.total_steps.assign(999.0)  # as TimeBudget leaves it
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    for step in (0, 50, 500, 998):
+        assert float(again(step)) == pytest.approx(float(schedule(step)))
+
+
+def test_a_wall_clock_budget_ends_with_the_learning_rate_near_zero():
+    """TimeBudget measures the pace and moves the schedule's end to the budget's; noam is still high there."""
+    keras.utils.set_random_seed(0)
+    rates = {}
+    for name in ("budget", "noam"):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        if name == "budget":
+            schedule = BudgetSchedule(64, total_steps=1e9, warmup_steps=20)
+        else:
+            schedule = TransformerSchedule(64, warmup_steps=20)
+        model.compile(keras.optimizers.Adam(schedule), loss="mse")
+        budget = TimeBudget(minutes=0.08, schedule=schedule)  # about 5 s
+        x = np.zeros((100_000, 4), "float32")
+        model.fit(x, x[:, :1], batch_size=1, epochs=1, callbacks=[budget], verbose=0)
+        assert budget.expired
+        rates[name] = float(schedule(model.optimizer.iterations - 1)) / float(schedule(19))  # last / peak
+    assert rates["budget"] < 0.01
+    assert rates["noam"] > 0.02  # sqrt(20 / steps): thousands of steps, not millions
 
 
 def test_time_budget_stops_training():

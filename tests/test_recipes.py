@@ -1,0 +1,141 @@
+"""The recipe's choices around model.fit: keeping the best translator, and starting from a trained one."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import sacrebleu
+from conftest import VOCAB, copy_task_model, train_command
+
+from kformer import Translator
+from kformer.cli import main
+from kformer.corpus import builtin_splits
+from kformer.evaluation import BestTranslations
+from kformer.model_dir import load
+from kformer.training import compile_for_training
+
+LETTERS = VOCAB[4:]
+
+
+def letter_pairs(count, seed):
+    rng = np.random.default_rng(seed)
+    sentences = [" ".join(rng.choice(LETTERS, rng.integers(2, 7))) for _ in range(count)]
+    return [(s, s) for s in sentences]
+
+
+def test_the_best_translating_weights_are_kept_not_the_last(tmp_path):
+    trained = copy_task_model()  # copies letter sequences: chrF 100 on copy pairs
+    model = trained.model
+    pairs = letter_pairs(40, seed=3)
+    keeper = BestTranslations(
+        pairs, trained.source_tokenizer, trained.target_tokenizer, 12, tmp_path / "best.weights.h5"
+    )
+    keeper.set_model(model)
+    good = model.get_weights()
+    sources = [s for s, _ in pairs]
+    good_translations = Translator(trained, xla=False).translate(sources)
+    logs = [{}, {}]
+    keeper.on_epoch_end(0, logs[0])
+    rng = np.random.default_rng(0)
+    model.set_weights([w + rng.normal(0, 1.0, w.shape).astype(w.dtype) for w in good])  # a ruined later epoch
+    keeper.on_epoch_end(1, logs[1])
+    references = [t for _, t in pairs]
+    assert logs[0]["val_chrf"] == pytest.approx(sacrebleu.corpus_chrf(good_translations, [references]).score, abs=0.01)
+    assert logs[0]["val_chrf"] > 95.0 and logs[1]["val_chrf"] < 50.0
+    keeper.on_train_end()
+    for kept, expected in zip(model.get_weights(), good, strict=True):
+        np.testing.assert_array_equal(kept, expected)
+    assert Translator(trained, xla=False).translate(sources) == good_translations
+    model.set_weights([np.zeros_like(w) for w in good])
+    model.load_weights(tmp_path / "best.weights.h5")  # the file holds the best weights too
+    for kept, expected in zip(model.get_weights(), good, strict=True):
+        np.testing.assert_array_equal(kept, expected)
+
+
+def test_with_a_moving_average_the_average_is_scored_and_kept():
+    trained = copy_task_model()
+    model = trained.model
+    compile_for_training(model, 32, 0.0, 10, learning_rate_scale=1e-3, ema=0.9, jit_compile=False)  # barely moves
+    source = np.array([[4, 5, 6, 0]] * 40, "int32")
+    decoder = np.array([[2, 4, 5, 6]] * 40, "int32")
+    labels = np.array([[4, 5, 6, 3]] * 40, "int32")
+    model.fit([source, decoder], labels, epochs=1, steps_per_epoch=5, batch_size=8, verbose=0)
+    average = model.get_weights()  # fit put the average (of good copying weights) into the model
+    rng = np.random.default_rng(1)
+    ruined = [w + rng.normal(0, 1.0, w.shape).astype(w.dtype) for w in average]
+    model.set_weights(ruined)  # the raw weights of a bad last step; the optimizer still holds the average
+    keeper = BestTranslations(letter_pairs(20, seed=4), trained.source_tokenizer, trained.target_tokenizer, 12)
+    keeper.set_model(model)
+    logs = {}
+    keeper.on_epoch_end(0, logs)
+    assert logs["val_chrf"] > 90.0  # the average translated, not the ruined raw weights
+    for now, raw in zip(model.get_weights(), ruined, strict=True):
+        np.testing.assert_array_equal(now, raw)  # training goes on from its own weights
+    keeper.on_train_end()
+    for kept, expected in zip(model.get_weights(), average, strict=True):
+        np.testing.assert_array_equal(kept, expected)
+
+
+def write_pairs(path, pairs):
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    return path
+
+
+def test_fine_tuning_starts_from_the_model_and_keeps_its_vocabularies(clean_run, tmp_path):
+    base, _ = clean_run
+    new_words = [("Zürich is far 🙂", "Zúrich está lejos 🙂"), ("the qwertyuiop sleeps", "el qwertyuiop duerme")]
+    data = write_pairs(tmp_path / "new.tsv", builtin_splits()["train"][:400] + new_words * 20)
+    out = tmp_path / "tuned"
+    # A learning rate of nearly zero: after training, the weights must still be the base model's.
+    argv = train_command(out, "--init-from", str(base), "--epochs", "1", "--learning-rate-scale", "1e-9")[3:]
+    argv[argv.index("--data") + 1] = str(data)
+    argv[argv.index("--d-model") + 1] = "48"  # the base model's architecture wins over the flags
+    assert main(argv) == 0
+    for name in ("source_vocab.txt", "target_vocab.txt"):
+        assert (out / name).read_bytes() == (base / name).read_bytes()
+    config = json.loads((out / "config.json").read_text())["training"]
+    assert config["d_model"] == 32 and config["init_from"] == str(base)
+    tuned, original = load(out).model, load(base).model
+    for a, b in zip(tuned.get_weights(), original.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert len(Translator(out).translate(["Zürich is far 🙂", "the qwertyuiop sleeps"])) == 2
+
+
+def test_fine_tuning_learns_the_new_pairs(clean_run, tmp_path):
+    """At the normal rate the tuned model moves towards the new data: its loss there falls below the base model's."""
+    base, _ = clean_run
+    splits = builtin_splits()
+    shifted = [(s, "lo " + t[3:] if t[:3] in ("el ", "la ") else t) for s, t in splits["train"][:2000]]
+    data = write_pairs(tmp_path / "shifted.tsv", shifted)
+    out = tmp_path / "tuned"
+    argv = train_command(out, "--init-from", str(base), "--epochs", "2")[3:]
+    argv[argv.index("--data") + 1] = str(data)
+    assert main(argv) == 0
+    probe = [s for s, t in shifted[:200] if t.startswith("lo ")]
+    translations = Translator(out).translate(probe)
+    assert sum(t.startswith("lo ") for t in translations) > 0.8 * len(probe)
+    assert sum(t.startswith("lo ") for t in Translator(base).translate(probe)) == 0
+
+
+def test_init_from_needs_a_trained_translator(tmp_path, capsys):
+    argv = train_command(tmp_path / "out", "--init-from", str(tmp_path / "missing"), "--epochs", "1")[3:]
+    assert main(argv) == 2
+    assert "missing: no such model directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--ema", "1.5"], "--ema is a decay between 0 and 1"), (["--batch-tokens", "0"], "--batch-tokens must be")],
+)
+def test_bad_recipe_flags_are_one_usage_error(tmp_path, capsys, flags, message):
+    assert main(train_command(tmp_path / "out", *flags)[3:]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_keras_ema_is_what_the_flag_turns_on():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    compile_for_training(model, 2, ema=0.95)
+    assert model.optimizer.use_ema and model.optimizer.ema_momentum == pytest.approx(0.95)
+    compile_for_training(model, 2)
+    assert not model.optimizer.use_ema
