@@ -17,7 +17,6 @@ DEMO_CONFIG = dict(
     source_vocab_size=1000,
     target_vocab_size=1000,
     max_length=24,
-    warmup_steps=400,
     steps_per_epoch=250,
     patience=100,
 )

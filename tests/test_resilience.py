@@ -108,7 +108,10 @@ def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_
 
 def test_a_diverging_run_stops_with_one_message_and_keeps_the_last_good_weights(tmp_path):
     out = tmp_path / "model"
-    command = train_command(out, "--epochs", "2", "--backup-steps", "5", "--learning-rate-scale", "1e10")
+    # The paper's schedule: its slow warmup leaves a few good steps (and a backup) before the loss blows up.
+    command = train_command(
+        out, "--epochs", "2", "--backup-steps", "5", "--learning-rate-scale", "1e10", "--schedule", "noam"
+    )
     code, _, stderr = finish(start(command))
     assert code == 1
     assert "the loss became nan at step" in stderr and "Traceback" not in stderr
