@@ -41,6 +41,7 @@ class BestTranslations(keras.callbacks.Callback):
     """Keeps the weights that translate the validation pairs best (chrF), not those with the lowest loss.
 
     At each epoch's end it translates up to `sentences` validation sources
+    (evenly spaced through the split: pair files are often sorted by length)
     greedily, adds `val_chrf` and `val_bleu` to the epoch's logs (for the
     history, and for EarlyStopping to watch), and keeps a copy of the weights
     when chrF is the best so far, written to `path` too. When training ends
@@ -59,7 +60,8 @@ class BestTranslations(keras.callbacks.Callback):
 
     def __init__(self, pairs, source_tokenizer, target_tokenizer, max_length, path=None, sentences=1000):
         super().__init__()
-        pairs = pairs[:sentences]
+        if len(pairs) > sentences:  # evenly spread over the split (pair files often come sorted)
+            pairs = [pairs[i * len(pairs) // sentences] for i in range(sentences)]
         self.sources = [s for s, _ in pairs]
         self.references = [t for _, t in pairs]
         self.tokenizers = (source_tokenizer, target_tokenizer)

@@ -53,6 +53,15 @@ def test_the_best_translating_weights_are_kept_not_the_last(tmp_path):
         np.testing.assert_array_equal(kept, expected)
 
 
+def test_a_sample_of_the_validation_split_spans_it():
+    """Tatoeba's file is sorted by length: the first 1,000 validation pairs would be the shortest."""
+    pairs = sorted(letter_pairs(3500, seed=5), key=lambda pair: len(pair[0]))
+    keeper = BestTranslations(pairs, None, None, 12, sentences=1000)
+    assert len(keeper.sources) == 1000
+    mean = np.mean([len(s) for s, _ in pairs])
+    assert np.mean([len(s) for s in keeper.sources]) == pytest.approx(mean, rel=0.05)
+
+
 def test_with_a_moving_average_the_average_is_scored_and_kept():
     trained = copy_task_model()
     model = trained.model
