@@ -38,7 +38,9 @@ _EXPORTS = {
         ],
         "kformer.layers",
     ),
-    **dict.fromkeys(["Decoder", "Encoder", "build_decoder_only", "build_transformer"], "kformer.model"),
+    **dict.fromkeys(
+        ["Decoder", "Encoder", "SharedEmbeddingTransformer", "build_decoder_only", "build_transformer"], "kformer.model"
+    ),
     **dict.fromkeys(["TrainedModel", "load"], "kformer.model_dir"),
     **dict.fromkeys(["TrainingConfig", "train_language_model", "train_translator"], "kformer.recipes"),
     **dict.fromkeys(["BestTranslations", "evaluate", "score"], "kformer.evaluation"),

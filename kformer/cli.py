@@ -42,6 +42,8 @@ def _config(args, **overrides):
         settings["source_vocab_size"] = settings["target_vocab_size"] = args.vocab_size
     if not 0.0 < settings.get("ema", 0.5) < 1.0:
         raise _UsageError(f"--ema is a decay between 0 and 1 (such as 0.999), not {settings['ema']}.")
+    if settings.get("average", 2) < 2:
+        raise _UsageError(f"--average is a number of checkpoints, 2 or more, not {settings['average']}.")
     if settings.get("batch_tokens", 1) < 1:
         raise _UsageError(f"--batch-tokens must be a positive number of tokens, not {settings['batch_tokens']}.")
     return TrainingConfig(**settings)
@@ -210,6 +212,13 @@ def _add_training_flags(parser):
     group.add_argument("--dropout", type=float)
     group.add_argument("--norm-first", dest="norm_first", action="store_const", const=True, help="pre-LN blocks")
     group.add_argument("--tie-embeddings", dest="tie_embeddings", action="store_const", const=True)
+    group.add_argument(
+        "--shared-vocab",
+        dest="shared_vocab",
+        action="store_const",
+        const=True,
+        help="one vocabulary for both languages and one embedding table for encoder, decoder and output",
+    )
     group.add_argument("--vocab-size", dest="vocab_size", type=int, help="WordPiece vocabulary size per side")
     group.add_argument("--max-length", dest="max_length", type=int, help="tokens kept per sentence")
     group.add_argument("--batch-size", dest="batch_size", type=int, help="sentences a batch (default: 64)")
@@ -225,6 +234,12 @@ def _add_training_flags(parser):
     )
     group.add_argument("--warmup-steps", dest="warmup_steps", type=int)
     group.add_argument("--ema", type=float, help="keep and save a moving average of the weights with this decay")
+    group.add_argument(
+        "--average",
+        type=int,
+        metavar="K",
+        help="end with the mean of the last K checkpoints (every --backup-steps), if it translates validation better",
+    )
     group.add_argument(
         "--init-from", dest="init_from", help="a trained translator's directory to start from (fine-tuning)"
     )

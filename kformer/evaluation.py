@@ -71,26 +71,41 @@ class BestTranslations(keras.callbacks.Callback):
         self.best_weights = None
         self._translator = None
 
-    def on_epoch_end(self, epoch, logs=None):
+    def _translations_score(self):
         if self._translator is None:
             trained = TrainedModel(self.model, *self.tokenizers, {"kind": "translator", "max_length": self.max_length})
             self._translator = Translator(trained, xla=False)  # one trace; XLA would compile per shape
-        optimizer = self.model.optimizer
-        raw = [variable.numpy() for variable in self.model.trainable_variables] if optimizer.use_ema else None
-        if raw:
-            optimizer.finalize_variable_values(self.model.trainable_variables)  # the average, as fit's end does
-        scores = score(self._translator.translate(self.sources), self.references)
-        if logs is not None:
-            logs.update(val_chrf=scores["chrf"], val_bleu=scores["bleu"])
-        if scores["chrf"] > self.best:
-            self.best, self.best_weights = scores["chrf"], self.model.get_weights()
+        return score(self._translator.translate(self.sources), self.references)
+
+    def _keep_if_best(self, chrf):
+        if chrf > self.best:
+            self.best, self.best_weights = chrf, self.model.get_weights()
             if self.path is not None:  # Keras wants the name to end in .weights.h5, so not write_atomically
                 partial = self.path.with_name("partial-" + self.path.name)
                 self.model.save_weights(partial)
                 os.replace(partial, self.path)
+
+    def on_epoch_end(self, epoch, logs=None):
+        optimizer = self.model.optimizer
+        raw = [variable.numpy() for variable in self.model.trainable_variables] if optimizer.use_ema else None
+        if raw:
+            optimizer.finalize_variable_values(self.model.trainable_variables)  # the average, as fit's end does
+        scores = self._translations_score()
+        if logs is not None:
+            logs.update(val_chrf=scores["chrf"], val_bleu=scores["bleu"])
+        self._keep_if_best(scores["chrf"])
         if raw:
             for variable, value in zip(self.model.trainable_variables, raw, strict=True):
                 variable.assign(value)
+
+    def consider(self, weights):
+        """Scores other `weights` (such as an average of checkpoints) like an epoch; kept if best. Returns chrF."""
+        current = self.model.get_weights()
+        self.model.set_weights(weights)
+        chrf = self._translations_score()["chrf"]
+        self._keep_if_best(chrf)
+        self.model.set_weights(current)
+        return chrf
 
     def on_train_end(self, logs=None):
         if self.best_weights is not None:

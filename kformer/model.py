@@ -28,6 +28,7 @@ class _Stack(keras.layers.Layer):
         norm_first=False,
         causal=False,
         cross_attention=False,
+        embedding=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -38,7 +39,8 @@ class _Stack(keras.layers.Layer):
         self.d_ff = d_ff
         self.dropout = dropout
         self.norm_first = norm_first
-        self.embedding = PositionalEmbedding(vocab_size, d_model, name="embedding")
+        # A shared embedding (one vocabulary for both languages) belongs to the encoder; the decoder borrows it.
+        self.embedding = embedding or PositionalEmbedding(vocab_size, d_model, name="embedding")
         self.embedding_dropout = Dropout(dropout)
         self.blocks = [
             TransformerBlock(
@@ -57,7 +59,8 @@ class _Stack(keras.layers.Layer):
         self.final_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm") if norm_first else None
 
     def _build_stack(self, tokens_shape, context_shape=None):
-        self.embedding.build(tokens_shape)
+        if not self.embedding.built:
+            self.embedding.build(tokens_shape)
         x_shape = (*tokens_shape, self.d_model)
         for block in self.blocks:
             block.build(x_shape, context_shape)
@@ -121,7 +124,10 @@ class Decoder(_Stack):
     Self-attention is causal and masks target padding; cross-attention (when
     `cross_attention=True`) masks source padding. Logits are float32 under any
     precision policy. With `tie_embeddings=True` the output projection is the
-    transposed token embedding, as in the paper's section 3.4.
+    transposed token embedding, as in the paper's section 3.4. `embedding`
+    (another stack's `PositionalEmbedding`) makes it use that table instead of
+    its own: the encoder's, for one vocabulary shared by both languages (a
+    model built so is saved and loaded by `SharedEmbeddingTransformer`).
 
     Without cross-attention it is the decoder-only (GPT-style) stack.
     """
@@ -137,6 +143,7 @@ class Decoder(_Stack):
         norm_first=False,
         cross_attention=True,
         tie_embeddings=False,
+        embedding=None,
         **kwargs,
     ):
         super().__init__(
@@ -149,6 +156,7 @@ class Decoder(_Stack):
             norm_first,
             causal=True,
             cross_attention=cross_attention,
+            embedding=embedding,
             **kwargs,
         )
         self.cross_attention = cross_attention
@@ -233,6 +241,7 @@ def build_transformer(
     dropout=0.1,
     norm_first=False,
     tie_embeddings=False,
+    share_embeddings=False,
 ):
     """The encoder-decoder Transformer as a functional keras.Model.
 
@@ -246,29 +255,98 @@ def build_transformer(
         dropout: dropout rate while training.
         norm_first: pre-LN blocks instead of the paper's post-LN.
         tie_embeddings: use the target embedding as the output projection.
+        share_embeddings: one embedding table for source and target tokens (one
+            vocabulary for both languages: the sizes must be equal); with
+            `tie_embeddings` it is the paper's three-way tying (section 3.4).
 
     Returns:
         keras.Model with inputs `encoder_tokens` (B, S) and `decoder_tokens`
         (B, T), int32, 0 = padding, and float32 logits (B, T, V) out. Its
         layers "encoder" and "decoder" can be called apart.
     """
+    stack_settings = dict(
+        d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_ff=d_ff, dropout=dropout, norm_first=norm_first
+    )
+    if share_embeddings:
+        if src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs one vocabulary, but the sizes differ: {src_vocab_size} and {tgt_vocab_size}."
+            )
+        return SharedEmbeddingTransformer(src_vocab_size, tie_embeddings=tie_embeddings, **stack_settings)
+    inputs, logits = _encoder_decoder(src_vocab_size, tgt_vocab_size, tie_embeddings, **stack_settings)
+    return keras.Model(inputs, logits, name="transformer")
+
+
+def _encoder_decoder(src_vocab_size, tgt_vocab_size, tie_embeddings, share=False, **stack_settings):
+    """The functional graph: (inputs, logits), the decoder borrowing the encoder's embedding when `share`."""
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
-    encoder = Encoder(src_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, norm_first, name="encoder")
+    encoder = Encoder(src_vocab_size, **stack_settings, name="encoder")
+    embedding = encoder.embedding if share else None
     decoder = Decoder(
-        tgt_vocab_size,
-        d_model,
-        num_heads,
-        num_layers,
-        d_ff,
-        dropout,
-        norm_first,
-        tie_embeddings=tie_embeddings,
-        name="decoder",
+        tgt_vocab_size, **stack_settings, tie_embeddings=tie_embeddings, embedding=embedding, name="decoder"
     )
     context = encoder(encoder_tokens)  # (B, S, D)
     logits = decoder(decoder_tokens, context=context, context_padding_mask=make_padding_mask(encoder_tokens))
-    return keras.Model([encoder_tokens, decoder_tokens], logits, name="transformer")
+    return [encoder_tokens, decoder_tokens], logits
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class SharedEmbeddingTransformer(keras.Model):
+    """`build_transformer(..., share_embeddings=True)`: one token table for the encoder and the decoder.
+
+    The same functional graph as `build_transformer`'s; a class of its own only
+    so that a saved model is rebuilt with the table shared (a functional
+    model's config cannot say that two layers hold one sublayer).
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        d_model=256,
+        num_heads=8,
+        num_layers=4,
+        d_ff=1024,
+        dropout=0.1,
+        norm_first=False,
+        tie_embeddings=False,
+        **kwargs,
+    ):
+        stack_settings = dict(
+            d_model=d_model,
+            num_heads=num_heads,
+            num_layers=num_layers,
+            d_ff=d_ff,
+            dropout=dropout,
+            norm_first=norm_first,
+        )
+        inputs, logits = _encoder_decoder(vocab_size, vocab_size, tie_embeddings, share=True, **stack_settings)
+        super().__init__(inputs, logits, name=kwargs.pop("name", "transformer"), **kwargs)
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.num_layers = num_layers
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.norm_first = norm_first
+        self.tie_embeddings = tie_embeddings
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "num_layers": self.num_layers,
+            "d_ff": self.d_ff,
+            "dropout": self.dropout,
+            "norm_first": self.norm_first,
+            "tie_embeddings": self.tie_embeddings,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
 
 
 def build_decoder_only(

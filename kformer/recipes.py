@@ -32,6 +32,7 @@ from kformer.text import Tokenizer, build_vocabulary
 from kformer.training import (
     Backup,
     BudgetSchedule,
+    CheckpointAverage,
     TimeBudget,
     TransformerSchedule,
     compile_for_training,
@@ -52,6 +53,7 @@ class TrainingConfig:
     dropout: float = 0.1
     norm_first: bool = False
     tie_embeddings: bool = False
+    shared_vocab: bool = False
     source_vocab_size: int = 8000
     target_vocab_size: int = 8000
     max_length: int = 40
@@ -63,6 +65,7 @@ class TrainingConfig:
     learning_rate_scale: float = 1.0
     clipnorm: float | None = None
     ema: float | None = None
+    average: int | None = None
     epochs: int | None = None
     minutes: float | None = None
     steps_per_epoch: int | None = None
@@ -75,10 +78,13 @@ class TrainingConfig:
     init_from: str | None = None
 
     def model_settings(self):
-        return {
+        settings = {
             name: getattr(self, name)
             for name in ("d_model", "num_heads", "num_layers", "d_ff", "dropout", "norm_first", "tie_embeddings")
         }
+        if self.shared_vocab:  # one table for encoder input, decoder input and output: the paper's section 3.4
+            settings.update(share_embeddings=True, tie_embeddings=True)
+        return settings
 
 
 def _schedule(config, steps_per_epoch):
@@ -115,6 +121,18 @@ def _vocabulary(path, sentences, size, verbose):
     tokenizer = Tokenizer(build_vocabulary(sentences, size))
     write_atomically(path, tokenizer.save)
     return tokenizer
+
+
+def _vocabularies(out, pairs, config, verbose):
+    """The source and target tokenizers; with `shared_vocab`, one learned from both sides, written under both names."""
+    if not config.shared_vocab:
+        source = _vocabulary(out / SOURCE_VOCAB_FILE, [s for s, _ in pairs], config.source_vocab_size, verbose)
+        return source, _vocabulary(out / TARGET_VOCAB_FILE, [t for _, t in pairs], config.target_vocab_size, verbose)
+    both_sides = [s for s, _ in pairs] + [t for _, t in pairs]
+    shared = _vocabulary(out / SOURCE_VOCAB_FILE, both_sides, config.target_vocab_size, verbose)
+    if not (out / TARGET_VOCAB_FILE).is_file():
+        write_atomically(out / TARGET_VOCAB_FILE, shared.save)
+    return shared, shared
 
 
 @contextlib.contextmanager
@@ -155,10 +173,11 @@ def _build(strategy, config, builder, vocab_sizes, steps_per_epoch, weights=None
     return model, schedule
 
 
-def _callbacks(out, config, keeper, budget, backup):
-    """The best-translation keeper first (EarlyStopping and the logs read the val_chrf it adds), the backup last."""
+def _callbacks(out, config, keeper, budget, backup, average):
+    """The average first (the keeper judges it at the end), the keeper next (EarlyStopping and the logs read
+    the val_chrf it adds), the backup last."""
     training_dir = out / "training"
-    callbacks = []
+    callbacks = [average] if average is not None else []
     if keeper is not None:
         callbacks += [keeper, keras.callbacks.EarlyStopping(monitor="val_chrf", mode="max", patience=config.patience)]
     callbacks += [
@@ -190,6 +209,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
     if backup.restored_step is not None and verbose:
         print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1}.")
     budget = TimeBudget(config.minutes, backup.seconds, schedule) if config.minutes else None
+    average = CheckpointAverage(config.average, config.backup_steps, keeper) if config.average else None
     started = time.perf_counter()
     with backup.guard_interrupts():
         history = model.fit(
@@ -198,7 +218,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             epochs=_epochs(config),
             initial_epoch=initial_epoch,
             steps_per_epoch=steps_per_epoch,
-            callbacks=_callbacks(out, config, keeper, budget, backup),
+            callbacks=_callbacks(out, config, keeper, budget, backup, average),
             shuffle=False,  # the dataset shuffles itself
             verbose=verbose,
         )
@@ -210,6 +230,8 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         "epochs_run": len(history.history.get("loss", [])),
         "stopped_by": "time budget" if budget and budget.expired else "epochs or early stopping",
     }
+    if average is not None and average.chrf is not None:
+        summary["val_chrf_average"] = average.chrf
     if history.history.get("loss"):
         plots.learning_curves(history.history, out / "learning_curves.png")
         summary.update({k: round(float(v[-1]), 4) for k, v in history.history.items()})
@@ -250,7 +272,7 @@ def _save_finished(trained, out, strategy):
     return trained
 
 
-ARCHITECTURE = ("d_model", "num_heads", "num_layers", "d_ff", "norm_first", "tie_embeddings")
+ARCHITECTURE = ("d_model", "num_heads", "num_layers", "d_ff", "norm_first", "tie_embeddings", "shared_vocab")
 
 
 def _starting_point(config, out):
@@ -267,7 +289,7 @@ def _starting_point(config, out):
     base = load(config.init_from)
     if base.kind != "translator":
         raise ModelDirectoryError(f"{config.init_from}: holds a {base.kind}; --init-from needs a translator.")
-    saved = base.config.get("training", {})
+    saved = {"shared_vocab": False, **base.config.get("training", {})}  # older directories: separate vocabularies
     if not all(name in saved for name in ARCHITECTURE):
         raise ModelDirectoryError(
             f"{config.init_from}/config.json: does not record the model's settings (its 'training' entry), "
@@ -309,8 +331,7 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
         raise DataError("the training split is empty; give more sentence pairs.")
     base, config = _starting_point(config, out)
     with _training_setup(config) as (strategy, policy):
-        source = _vocabulary(out / SOURCE_VOCAB_FILE, [s for s, _ in train_pairs], config.source_vocab_size, verbose)
-        target = _vocabulary(out / TARGET_VOCAB_FILE, [t for _, t in train_pairs], config.target_vocab_size, verbose)
+        source, target = _vocabularies(out, train_pairs, config, verbose)
         batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
         steps_per_epoch = config.steps_per_epoch or batches_per_epoch(train_pairs, source, target, **batches)
         weights = base.model.get_weights() if base else None
@@ -375,7 +396,10 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
         pairs = [("", line) for line in lines]
         batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
         steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, tokenizer, tokenizer, **batches)
-        model, schedule = _build(strategy, config, build_decoder_only, (tokenizer.vocab_size,), steps_per_epoch)
+        # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
+        tie = config.tie_embeddings or config.shared_vocab
+        lm_config = dataclasses.replace(config, shared_vocab=False, tie_embeddings=tie)
+        model, schedule = _build(strategy, lm_config, build_decoder_only, (tokenizer.vocab_size,), steps_per_epoch)
         require_space(out, model)
         dataset = make_dataset(pairs, tokenizer, tokenizer, repeat=True, seed=config.seed, **batches)
         dataset = dataset.map(lambda inputs, labels: (inputs[1], labels))

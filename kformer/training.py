@@ -226,6 +226,53 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class CheckpointAverage(keras.callbacks.Callback):
+    """Puts the mean of the weights at the last `k` checkpoints into the model when training ends.
+
+    A checkpoint here is the weights every `every_steps` steps (when the run
+    writes its backup) and at the end, held in memory. The paper's base
+    models average their last 5 checkpoints, written every 10 minutes. With a
+    `keeper` (an object with `consider(weights) -> chrF`, such as
+    `BestTranslations`), the average is scored like an epoch and kept only if
+    it translates the validation pairs better; without one it is kept.
+
+    Args:
+        k: checkpoints to average (at least 2).
+        every_steps: steps between checkpoints.
+        keeper: what judges the average, or None.
+    """
+
+    def __init__(self, k, every_steps, keeper=None):
+        super().__init__()
+        if not (isinstance(k, int) and k >= 2):
+            raise ValueError(f"averaging takes at least 2 checkpoints, not {k!r}.")
+        self.every_steps = every_steps
+        self.keeper = keeper
+        self.checkpoints = collections.deque(maxlen=k)  # (step, weights)
+        self.chrf = None  # the average's validation chrF, when a keeper scored it
+
+    def _step(self):
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._step()
+        if step % self.every_steps == 0:
+            self.checkpoints.append((step, self.model.get_weights()))
+
+    def on_train_end(self, logs=None):
+        step = self._step()
+        if not self.checkpoints or self.checkpoints[-1][0] != step:
+            self.checkpoints.append((step, self.model.get_weights()))
+        if len(self.checkpoints) < 2:
+            return
+        snapshots = [weights for _, weights in self.checkpoints]
+        average = [sum(values) / len(values) for values in zip(*snapshots, strict=True)]
+        if self.keeper is None:
+            self.model.set_weights(average)
+        else:
+            self.chrf = self.keeper.consider(average)
+
+
 class TrainingStopped(RuntimeError):
     """Training stopped before its end; the message says why and how to go on."""
 

@@ -330,9 +330,18 @@ def cut_at_end(ids):
     return ids[: ids.index(END_ID)] if END_ID in ids else ids
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("tie_embeddings", [False, True])
-def test_ctranslate2_gives_kerass_greedy_tokens_on_random_models(tmp_path, norm_first, tie_embeddings):
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"norm_first": True},
+        {"tie_embeddings": True},
+        {"norm_first": True, "tie_embeddings": True},
+        {"tie_embeddings": True, "share_embeddings": True},
+    ],
+    ids=["post-LN", "pre-LN", "tied", "pre-LN tied", "three-way tied"],
+)
+def test_ctranslate2_gives_kerass_greedy_tokens_on_random_models(tmp_path, settings):
     """Untrained models, post-LN and pre-LN, tied or not: no learned pattern hides a mis-mapped weight."""
     import keras
 
@@ -341,9 +350,7 @@ def test_ctranslate2_gives_kerass_greedy_tokens_on_random_models(tmp_path, norm_
     from kformer.text import Tokenizer
 
     keras.utils.set_random_seed(1)
-    model = build_transformer(
-        len(VOCAB), len(VOCAB), 32, 4, 2, 64, dropout=0.0, norm_first=norm_first, tie_embeddings=tie_embeddings
-    )
+    model = build_transformer(len(VOCAB), len(VOCAB), 32, 4, 2, 64, dropout=0.0, **settings)
     trained = TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})
     rng = np.random.default_rng(0)
     lengths = rng.integers(1, 8, size=32)

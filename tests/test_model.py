@@ -67,6 +67,34 @@ def test_tied_embeddings_project_with_the_embedding_table():
     np.testing.assert_allclose(to_numpy(decoder.logits(states)), states @ table.T, atol=1e-5)
 
 
+def test_three_way_tying_is_one_table_for_both_languages_and_the_output(tmp_path):
+    shared = build_transformer(30, 30, tie_embeddings=True, share_embeddings=True, **SMALL)
+    tied = build_transformer(30, 30, tie_embeddings=True, **SMALL)
+    assert tied.count_params() - shared.count_params() == 30 * 16  # the decoder's own table is gone
+    table = shared.get_layer("encoder").embedding.token_embedding.embeddings
+    source, target = tokens(2, 5, vocab=30), tokens(2, 4, vocab=30)
+    before = to_numpy(shared([source, target]))
+    # A change to one row moves the encoder's input, the decoder's input and the output projection alike.
+    row = int(target[0, 0])
+    values = to_numpy(table)
+    values[row] += 1.0
+    table.assign(values)
+    first_position = [0.0, 1.0] * 8  # sin 0, cos 0, interleaved
+    for stack in ("encoder", "decoder"):
+        embedded = to_numpy(shared.get_layer(stack).embedding(target[:1, :1]))[0, 0]
+        np.testing.assert_allclose(embedded, values[row] * 4.0 + first_position, atol=1e-5)  # scaled by sqrt(16)
+    states = rng.standard_normal((1, 3, 16)).astype("float32")
+    np.testing.assert_allclose(to_numpy(shared.get_layer("decoder").logits(states)), states @ values.T, atol=1e-5)
+    assert not np.allclose(to_numpy(shared([source, target])), before)
+    # Saved and loaded, the table is still one.
+    shared.save(tmp_path / "shared.keras")
+    loaded = keras.saving.load_model(tmp_path / "shared.keras")
+    assert loaded.get_layer("encoder").embedding is loaded.get_layer("decoder").embedding
+    np.testing.assert_allclose(to_numpy(loaded([source, target])), to_numpy(shared([source, target])), atol=1e-6)
+    with pytest.raises(ValueError, match="sizes differ: 20 and 30"):
+        build_transformer(20, 30, share_embeddings=True, **SMALL)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_only_is_causal(norm_first):
     model = build_decoder_only(25, norm_first=norm_first, **SMALL)

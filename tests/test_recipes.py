@@ -12,8 +12,9 @@ from kformer import Translator
 from kformer.cli import main
 from kformer.corpus import builtin_splits
 from kformer.evaluation import BestTranslations
+from kformer.model import SharedEmbeddingTransformer
 from kformer.model_dir import load
-from kformer.training import compile_for_training
+from kformer.training import CheckpointAverage, compile_for_training
 
 LETTERS = VOCAB[4:]
 
@@ -86,6 +87,60 @@ def test_with_a_moving_average_the_average_is_scored_and_kept():
         np.testing.assert_array_equal(kept, expected)
 
 
+def test_the_last_checkpoints_are_averaged_at_the_end():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    seen = {}  # step -> weights, recorded independently of the callback under test
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: seen.update(
+            {int(model.optimizer.iterations.numpy()): model.get_weights()}
+        )
+    )
+    x = np.random.default_rng(0).standard_normal((40, 3)).astype("float32")
+    model.fit(x, x[:, :2] * 3.0, batch_size=4, epochs=1, verbose=0, callbacks=[record, CheckpointAverage(3, 4)])
+    # 10 steps: checkpoints at steps 4 and 8 and at the end; the last 3 of them are averaged.
+    expected = [np.mean([seen[step][i] for step in (4, 8, 10)], axis=0) for i in range(2)]
+    for got, want, last in zip(model.get_weights(), expected, seen[10], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert not np.allclose(got, last)
+
+
+def test_an_average_is_kept_only_if_it_translates_better():
+    trained = copy_task_model()
+    model = trained.model
+    good = model.get_weights()
+    ruined = [w + np.random.default_rng(2).normal(0, 1.0, w.shape).astype(w.dtype) for w in good]
+    keeper = BestTranslations(letter_pairs(20, seed=6), trained.source_tokenizer, trained.target_tokenizer, 12)
+    keeper.set_model(model)
+    model.set_weights(ruined)
+    keeper.on_epoch_end(0, {})
+    assert keeper.consider(good) > 90.0  # better than the ruined epoch: kept
+    keeper.consider(ruined)  # worse: not kept
+    for now, raw in zip(model.get_weights(), ruined, strict=True):
+        np.testing.assert_array_equal(now, raw)  # considering leaves the model as it was
+    keeper.on_train_end()
+    for kept, expected in zip(model.get_weights(), good, strict=True):
+        np.testing.assert_array_equal(kept, expected)
+
+
+def test_a_shared_vocabulary_run_with_checkpoint_averaging(tmp_path):
+    out = tmp_path / "shared"
+    assert (
+        main(train_command(out, "--epochs", "2", "--shared-vocab", "--average", "3", "--backup-steps", "40")[3:]) == 0
+    )
+    vocabulary = (out / "source_vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert (out / "target_vocab.txt").read_text(encoding="utf-8").split("\n") == vocabulary
+    assert {"the", "el"} <= set(vocabulary)  # learned from both languages
+    trained = load(out)
+    assert isinstance(trained.model, SharedEmbeddingTransformer)
+    assert trained.model.get_layer("encoder").embedding is trained.model.get_layer("decoder").embedding
+    result = json.loads((out / "config.json").read_text())["result"]
+    assert 0.0 <= result["val_chrf_average"] <= result["val_chrf_kept"]  # judged like an epoch; the best kept
+    splits = builtin_splits()
+    assert len(Translator(trained).translate([s for s, _ in splits["test"][:5]])) == 5
+
+
 def write_pairs(path, pairs):
     path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     return path
@@ -135,7 +190,11 @@ def test_init_from_needs_a_trained_translator(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--ema", "1.5"], "--ema is a decay between 0 and 1"), (["--batch-tokens", "0"], "--batch-tokens must be")],
+    [
+        (["--ema", "1.5"], "--ema is a decay between 0 and 1"),
+        (["--batch-tokens", "0"], "--batch-tokens must be"),
+        (["--average", "1"], "--average is a number of checkpoints, 2 or more"),
+    ],
 )
 def test_bad_recipe_flags_are_one_usage_error(tmp_path, capsys, flags, message):
     assert main(train_command(tmp_path / "out", *flags)[3:]) == 2
