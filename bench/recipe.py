@@ -76,6 +76,12 @@ def main():
         "settings": settings,
         "steps": trained.config["result"]["steps"],
         "train_seconds": trained.config["result"]["seconds"],
+        # chrF of the keeper's validation sample: the weights kept, and the checkpoint average (--average)
+        **{
+            key: trained.config["result"][key]
+            for key in ("val_chrf_kept", "val_chrf_average")
+            if key in trained.config["result"]
+        },
         "valid": scores(kformer.Translator(trained), splits["valid"]),
     }
     if args.beam:
