@@ -123,3 +123,15 @@ def test_dropout_is_active_only_while_training():
     x = random_normal(1, 5, 16)
     np.testing.assert_allclose(to_numpy(block(x)), to_numpy(block(x, training=False)), atol=1e-6)
     assert not np.allclose(to_numpy(block(x, training=True)), to_numpy(block(x)), atol=1e-3)
+
+
+def test_feed_forward_has_no_hidden_dropout_but_attention_weights_do():
+    """The paper's placement: dropout on sub-layer outputs (and attention weights), none inside the FFN."""
+    block = TransformerBlock(16, 4, 32, dropout=0.5)
+    x = random_normal(2, 5, 16)
+    block(x)  # build
+    np.testing.assert_allclose(
+        to_numpy(block.feed_forward(x, training=True)), to_numpy(block.feed_forward(x, training=False)), atol=1e-6
+    )
+    attention = lambda training: to_numpy(block.self_attention(x, training=training))  # noqa: E731
+    assert not np.allclose(attention(True), attention(False), atol=1e-3)

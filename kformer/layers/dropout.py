@@ -9,7 +9,7 @@ try:
 except ImportError:  # pragma: no cover - a TensorFlow that moved it
     _graph_in_xla = None
 
-_LEVELS = 65536  # the mask compares 16 random bits per element with a threshold
+_LEVELS = 256  # the mask compares 8 random bits per element with a threshold
 
 
 def compiling_with_xla():
@@ -27,10 +27,12 @@ class Dropout(keras.layers.Dropout):
     (`jit_compile=True`, kformer's default). There TensorFlow's default
     stateless generator compiles to a slow expansion: drawing masks took 18%
     of a training step of the benchmark model on a 2-core CPU. This layer asks
-    XLA's ThreeFry generator for 16 random bits per element instead of a
-    float32 each, which brought the masks' cost down to about 3% of a step
-    (`bench/RESULTS.md`). The rate is then rounded to a multiple of 1/65536
-    and the scale is the exact inverse of the resulting keep probability.
+    XLA's ThreeFry generator for 8 random bits per element instead of a
+    float32 each (one 32-bit draw masks four elements), which brought the
+    masks' cost down to a few percent of a step (`bench/RESULTS.md`). The
+    rate is then rounded to a multiple of 1/256 (0.1 becomes 26/256 =
+    0.1016) and the scale is the exact inverse of the resulting keep
+    probability.
     Outside XLA (eager, plain `tf.function`), where TensorFlow has no ThreeFry
     kernel, it is exactly `keras.layers.Dropout`; so it is wherever the XLA
     check (`compiling_with_xla`) or Keras' `seed_generator` is unavailable.
@@ -59,9 +61,9 @@ class Dropout(keras.layers.Dropout):
         shape = tf.shape(inputs)
         size = tf.reduce_prod(shape)
         words = tf.random.stateless_uniform(
-            ((size + 1) // 2,), seed=seed, minval=None, maxval=None, dtype=tf.uint32, alg="threefry"
-        )  # 32 random bits per two elements
-        bits = tf.reshape(tf.reshape(tf.bitcast(words, tf.uint16), (-1,))[:size], shape)
+            ((size + 3) // 4,), seed=seed, minval=None, maxval=None, dtype=tf.uint32, alg="threefry"
+        )  # 32 random bits per four elements
+        bits = tf.reshape(tf.reshape(tf.bitcast(words, tf.uint8), (-1,))[:size], shape)
         threshold = min(round(self.rate * _LEVELS), _LEVELS - 1)  # drop where bits < threshold
         kept = tf.cast(bits >= threshold, inputs.dtype)
         return inputs * kept * tf.cast(_LEVELS / (_LEVELS - threshold), inputs.dtype)

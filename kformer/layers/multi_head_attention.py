@@ -113,16 +113,23 @@ class MultiHeadAttentionBase(keras.layers.Layer):
     def _project(self, x, *names):
         """`x` `(B, T, D_in)` through the named projections: one `(B, H, T, K)` tensor each.
 
-        The projections run as one matmul against their kernels side by side
-        (faster than one small matmul each); the weights stay separate.
+        The projections run as one 2-D matmul, `(B*T, D_in) @ (D_in, n*H*K)`,
+        against their kernels side by side; the weights stay separate. A 2-D
+        matmul, rather than an einsum over `(B, T)`, has a 2-D gradient too:
+        TensorFlow differentiates the einsum into one kernel gradient per
+        example and a sum over them, 11% of a training step under XLA
+        (`bench/RESULTS.md`).
         """
         # The casts matter only outside __call__ (the decoding cache's methods), where Keras does not
         # autocast the variables of a mixed-precision layer: keys must come out in the compute dtype.
         kernel = ops.concatenate([getattr(self, f"{name}_kernel") for name in names], axis=1)  # (D_in, n*H, K)
-        projected = ops.einsum("btd,dhk->bthk", x, ops.cast(kernel, x.dtype))  # (B, T, n*H, K)
+        d_in, heads, head_dim = kernel.shape
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        rows = ops.matmul(ops.reshape(x, (-1, d_in)), ops.reshape(ops.cast(kernel, x.dtype), (d_in, heads * head_dim)))
         if self.use_bias:
-            bias = ops.concatenate([getattr(self, f"{name}_bias") for name in names], axis=0)
-            projected += ops.cast(bias, x.dtype)
+            bias = ops.concatenate([getattr(self, f"{name}_bias") for name in names], axis=0)  # (n*H, K)
+            rows += ops.reshape(ops.cast(bias, x.dtype), (heads * head_dim,))
+        projected = ops.reshape(rows, (batch, length, heads, head_dim))  # (B, T, n*H, K)
         projected = ops.transpose(projected, (0, 2, 1, 3))  # (B, n*H, T, K)
         return ops.split(projected, len(names), axis=1)  # n x (B, H, T, K)
 
@@ -137,7 +144,10 @@ class MultiHeadAttentionBase(keras.layers.Layer):
             attention_mask,
             dropout=lambda w: self.attention_dropout(w, training=training),
         )  # (B, H, T, K), (B, H, T, S)
-        output = ops.einsum("bhtk,hkd->btd", heads, ops.cast(self.output_kernel, heads.dtype))  # (B, T, D)
+        batch, length = ops.shape(heads)[0], ops.shape(heads)[2]
+        concatenated = ops.reshape(ops.transpose(heads, (0, 2, 1, 3)), (-1, self.num_heads * self.head_dim))
+        kernel = ops.reshape(ops.cast(self.output_kernel, heads.dtype), (self.num_heads * self.head_dim, self.d_model))
+        output = ops.reshape(ops.matmul(concatenated, kernel), (batch, length, self.d_model))  # (B, T, D), as _project
         return self._add_bias(output, self.output_bias), weights
 
     @staticmethod
