@@ -140,7 +140,7 @@ def main():
         rate = flops[name] / best / 1e9
         speed_up = (real_tokens[name] / best) / (real_tokens[baseline] / min(seconds[baseline]))
         print(
-            f"{name:<36}{best / args.steps * 1000:>9.0f}{real_tokens[name] / best:>12.0f}{rate:>9.0f}"
+            f"{name:<36}{best / len(batches[name]) * 1000:>9.0f}{real_tokens[name] / best:>12.0f}{rate:>9.0f}"
             f"{rate / peak:>9.0%}{speed_up:>9.2f}x"
         )
 
