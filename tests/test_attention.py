@@ -31,15 +31,17 @@ def randomize_biases(layer):
     layer.set_weights([w + random_normal(*w.shape) * 0.1 for w in layer.get_weights()])
 
 
+# training=True runs the projections as one matmul against the kernels side by side, inference apart.
+@pytest.mark.parametrize("training", [None, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_self_attention_equals_keras_multi_head_attention(causal):
+def test_self_attention_equals_keras_multi_head_attention(causal, training):
     x = random_normal(2, 7, 16)
     lengths = np.array([7, 4])
     padding = np.arange(7)[None, :] < lengths[:, None]  # (B, T)
     layer = MultiHeadSelfAttention(num_heads=4, d_model=16, causal=causal)
     output, scores = layer(x, padding_mask=padding, return_attention_scores=True)
     randomize_biases(layer)
-    output, scores = layer(x, padding_mask=padding, return_attention_scores=True)
+    output, scores = layer(x, padding_mask=padding, return_attention_scores=True, training=training)
 
     mask = np.broadcast_to(padding[:, None, :], (2, 7, 7))
     if causal:
@@ -49,13 +51,16 @@ def test_self_attention_equals_keras_multi_head_attention(causal):
     np.testing.assert_allclose(to_numpy(scores), to_numpy(expected_scores), atol=1e-5)
 
 
-def test_cross_attention_equals_keras_multi_head_attention():
+@pytest.mark.parametrize("training", [None, True])
+def test_cross_attention_equals_keras_multi_head_attention(training):
     x, context = random_normal(2, 5, 12), random_normal(2, 9, 20)
     source_padding = np.arange(9)[None, :] < np.array([[9], [3]])
     layer = CrossAttention(num_heads=3, d_model=12)
     layer(x, context)
     randomize_biases(layer)
-    output, scores = layer(x, context, context_padding_mask=source_padding, return_attention_scores=True)
+    output, scores = layer(
+        x, context, context_padding_mask=source_padding, return_attention_scores=True, training=training
+    )
     mask = np.broadcast_to(source_padding[:, None, :], (2, 5, 9))
     expected, expected_scores = keras_reference(layer, 12, 20)(
         x, context, attention_mask=mask, return_attention_scores=True
@@ -63,6 +68,17 @@ def test_cross_attention_equals_keras_multi_head_attention():
     assert scores.shape == (2, 3, 5, 9)
     np.testing.assert_allclose(to_numpy(output), to_numpy(expected), atol=1e-5)
     np.testing.assert_allclose(to_numpy(scores), to_numpy(expected_scores), atol=1e-5)
+
+
+@pytest.mark.parametrize("training, matmuls", [(False, 4), (True, 2)])
+def test_projections_run_side_by_side_only_while_training(training, matmuls):
+    """Side by side the kernels are copied into one buffer on every call: worth it for training, not inference."""
+    import tensorflow as tf
+
+    layer = MultiHeadSelfAttention(num_heads=2, d_model=8)
+    layer(random_normal(1, 3, 8))
+    graph = tf.function(lambda x: layer(x, training=training)).get_concrete_function(tf.TensorSpec((1, 3, 8))).graph
+    assert [op.type for op in graph.get_operations()].count("MatMul") == matmuls  # Q, K, V, W_O or QKV, W_O
 
 
 def test_weights_rows_sum_to_one_and_masked_weights_are_exactly_zero():

@@ -101,25 +101,34 @@ class MultiHeadAttentionBase(keras.layers.Layer):
     def _attend(self, x, context, attention_mask, training, self_attention):
         """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask.
 
-        With `self_attention=True`, `context` is `x` and Q, K and V come from one matmul.
+        With `self_attention=True`, `context` is `x` (and while training Q, K and V come from one matmul).
         """
         check_float("x", x)
+        fused = bool(training)
         if self_attention:
-            query, key, value = self._project(x, "query", "key", "value")
+            query, key, value = self._project(x, "query", "key", "value", fused=fused)
         else:
-            (query,), (key, value) = self._project(x, "query"), self.project_keys_values(context)
+            (query,), (key, value) = self._project(x, "query"), self._project(context, "key", "value", fused=fused)
         return self._mix(query, key, value, attention_mask, training)
 
-    def _project(self, x, *names):
+    def _project(self, x, *names, fused=False):
         """`x` `(B, T, D_in)` through the named projections: one `(B, H, T, K)` tensor each.
 
-        The projections run as one 2-D matmul, `(B*T, D_in) @ (D_in, n*H*K)`,
-        against their kernels side by side; the weights stay separate. A 2-D
+        Each projection is a 2-D matmul, `(B*T, D_in) @ (D_in, H*K)`. A 2-D
         matmul, rather than an einsum over `(B, T)`, has a 2-D gradient too:
         TensorFlow differentiates the einsum into one kernel gradient per
         example and a sum over them, 11% of a training step under XLA
-        (`bench/RESULTS.md`).
+        (`bench/RESULTS.md`). With `fused=True` (training) the projections run
+        as one matmul against their kernels side by side, which with its
+        gradient is faster than three; the weights stay separate. Inference
+        keeps them apart: side by side, the kernels are copied into one buffer
+        on every call, 9% of a batch-1 translation's time.
         """
+        groups = [names] if fused else [(name,) for name in names]
+        return [projected for group in groups for projected in self._project_together(x, group)]
+
+    def _project_together(self, x, names):
+        """The named projections as one matmul against their kernels side by side: n x `(B, H, T, K)`."""
         # The casts matter only outside __call__ (the decoding cache's methods), where Keras does not
         # autocast the variables of a mixed-precision layer: keys must come out in the compute dtype.
         kernel = ops.concatenate([getattr(self, f"{name}_kernel") for name in names], axis=1)  # (D_in, n*H, K)
