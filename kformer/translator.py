@@ -98,10 +98,12 @@ class Translator(tf.Module):
         if not self.xla:
             return graph_loop()
         # Padding is masked, so a wider source gives the same output; buckets of 8 bound the compilations.
-        # A lone sentence goes with an empty one: XLA's CPU backend compiles one-row products into loops
-        # about 4x slower per step than two-row ones (bench/RESULTS.md), and empty rows are finished at once.
+        # A lone sentence goes with an empty one when greedy: XLA's CPU backend compiles one-row products
+        # into loops about 4x slower per step than two-row ones (bench/RESULTS.md), and empty rows are
+        # finished at once. Its beams are rows enough.
         batch = tf.shape(encoder_tokens)[0]
-        padded = tf.pad(encoder_tokens, [[0, tf.maximum(2 - batch, 0)], [0, -width % SOURCE_BUCKET]])
+        rows = 2 if self.beam_size == 1 else 1
+        padded = tf.pad(encoder_tokens, [[0, tf.maximum(rows - batch, 0)], [0, -width % SOURCE_BUCKET]])
 
         def compiled():
             return self._decode_compiled(padded, max_length)[:batch, :max_length]

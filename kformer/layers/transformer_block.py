@@ -196,10 +196,10 @@ class TransformerBlock(keras.layers.Layer):
                 cache["key"] = ops.concatenate([cache["key"], key], axis=2)  # (B * beams, H, P + 1, K)
                 cache["value"] = ops.concatenate([cache["value"], value], axis=2)
                 return self.self_attention.attend(h, cache["key"], cache["value"])[0]  # every cached key is visible
+            # Written in place under XLA: a select over the whole buffer would read and rewrite it every step.
+            cache["key"] = ops.slice_update(cache["key"], (0, 0, position, 0), key)  # (B * beams, H, L, K)
+            cache["value"] = ops.slice_update(cache["value"], (0, 0, position, 0), value)
             slots = ops.arange(ops.shape(cache["key"])[2])  # (L,)
-            here = ops.reshape(ops.equal(slots, position), (1, 1, -1, 1))  # (1, 1, L, 1)
-            cache["key"] = ops.where(here, key, cache["key"])  # (B * beams, H, L, K)
-            cache["value"] = ops.where(here, value, cache["value"])
             visible = ops.reshape(ops.less_equal(slots, position), (1, 1, -1))  # (1, 1, L): positions so far
             return self.self_attention.attend(h, cache["key"], cache["value"], visible)[0]
 
