@@ -47,6 +47,17 @@ def test_loss_and_accuracy_ignore_padding():
     assert float(accuracy.result()) == 1.0
 
 
+def test_accuracy_is_the_share_of_real_tokens_whose_argmax_is_the_label():
+    logits = rng.standard_normal((3, 7, 11)).astype("float32")
+    labels = rng.integers(1, 11, size=(3, 7))
+    labels[0, :4] = logits[0, :4].argmax(-1)  # some hits beside the random ones
+    labels[1, 5:], labels[2, 2:] = 0, 0
+    real = labels != 0
+    accuracy = MaskedAccuracy()
+    accuracy.update_state(labels, logits)
+    assert float(accuracy.result()) == pytest.approx((logits.argmax(-1) == labels)[real].mean())
+
+
 def test_schedule_is_the_papers():
     schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
     for step in [1, 100, 3999, 4000, 4001, 100_000]:
