@@ -61,7 +61,7 @@ def runners(trained, out, xla_out):
     return result
 
 
-def ctranslate2_in_its_own_process(model_dir, threads, batches, source, target, max_length):
+def ctranslate2_in_its_own_process(model_dir, threads, batches, source, target, max_length, rounds):
     """(ms a sentence at batch 1, sentences/s at batch 32, translations), timed by bench/ctranslate2_timing.py.
 
     Same sentences, padding widths and output limits as the other runtimes get.
@@ -81,7 +81,7 @@ def ctranslate2_in_its_own_process(model_dir, threads, batches, source, target, 
     }
     script = Path(__file__).resolve().parent / "ctranslate2_timing.py"
     result = subprocess.run(
-        [sys.executable, str(script), str(model_dir), str(threads)],
+        [sys.executable, str(script), str(model_dir), str(threads), str(rounds)],
         input=json.dumps(request),
         capture_output=True,
         text=True,
@@ -97,6 +97,7 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--data", default="builtin", help="'builtin' or a pair file whose test split to use")
     parser.add_argument("--sentences", type=int, default=512, help="test sentences for the quality check")
+    parser.add_argument("--rounds", type=int, default=5, help="timing rounds; each runtime's best is reported")
     args = parser.parse_args()
     trained = kformer.load(args.model)
     scratch = Path(tempfile.mkdtemp())
@@ -121,26 +122,32 @@ def main():
         for i in range(0, len(test), 32)
     ]
     contenders = runners(trained, out, scratch / "deploy-xla")
-    print(f"\n{'runtime':<28}{'ms/sentence, batch 1':>22}{'sentences/s, batch 32':>23}", flush=True)
+    singles = [row[None] for row in batches[0]]
     translations = {}
     for name, run in contenders.items():
-        singles = [row[None] for row in batches[0]]
         for tokens in singles + batches:  # warm up every shape timed below (XLA compiles once per shape)
             run(tokens)
-        started = time.perf_counter()
-        for tokens in singles:
-            run(tokens)
-        latency = (time.perf_counter() - started) / len(singles) * 1000
-        started = time.perf_counter()
-        outputs = [run(batch) for batch in batches]
-        throughput = len(test) / (time.perf_counter() - started)
-        translations[name] = [target.detokenize(row) for batch in outputs for row in batch]
-        print(f"{name:<28}{latency:>22.1f}{throughput:>23.1f}", flush=True)
+        translations[name] = [target.detokenize(row) for batch in map(run, batches) for row in batch]
+    latencies, throughputs = {name: [] for name in contenders}, {name: [] for name in contenders}
+    for round_index in range(args.rounds):  # rounds alternate between runtimes, so machine noise hits each alike
+        for name, run in contenders.items():
+            started = time.perf_counter()
+            for tokens in singles:
+                run(tokens)
+            latencies[name].append((time.perf_counter() - started) / len(singles) * 1000)
+            started = time.perf_counter()
+            for batch in batches:
+                run(batch)
+            throughputs[name].append(len(test) / (time.perf_counter() - started))
+        print(f"round {round_index + 1} of {args.rounds} done", flush=True)
+    print(f"\nbest of {args.rounds} rounds\n{'runtime':<28}{'ms/sentence, batch 1':>22}{'sentences/s, batch 32':>23}")
+    for name in contenders:
+        print(f"{name:<28}{min(latencies[name]):>22.1f}{max(throughputs[name]):>23.1f}", flush=True)
     for variant in ("", "_int8"):
         for threads in (1, 2):
             name = f"CTranslate2 {variant[1:] or 'float32'}, {threads} thr"
             latency, throughput, translations[name] = ctranslate2_in_its_own_process(
-                out / f"ctranslate2{variant}", threads, batches, source, target, max_length
+                out / f"ctranslate2{variant}", threads, batches, source, target, max_length, args.rounds
             )
             print(f"{name:<28}{latency:>22.1f}{throughput:>23.1f}", flush=True)
     references = [t for _, t in test]
