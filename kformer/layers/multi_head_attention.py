@@ -108,6 +108,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         if self_attention:
             query, key, value = self._project(x, "query", "key", "value", fused=fused)
         else:
+            check_float("context", context)
             (query,), (key, value) = self._project(x, "query"), self._project(context, "key", "value", fused=fused)
         return self._mix(query, key, value, attention_mask, training)
 
