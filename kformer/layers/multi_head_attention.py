@@ -78,14 +78,15 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         check_float("x", x)
         return self._project(x, "query")[0]
 
-    def project_keys_values(self, context):
+    def project_keys_values(self, context, fused=False):
         """Keys and values of `context` `(B, S, D_context)`, each `(B, H, S, K)`.
 
         Decoding computes these once per source (cross-attention) or once per
-        new token (self-attention) and keeps them in a cache.
+        new token (self-attention) and keeps them in a cache. `fused`: as in
+        `_project` (training passes True).
         """
         check_float("context", context)
-        return self._project(context, "key", "value")
+        return self._project(context, "key", "value", fused=fused)
 
     def attend(self, x, key, value, attention_mask=None, training=None):
         """Queries from `x` `(B, T, D)` over given keys and values `(B, H, S, K)`.
@@ -108,8 +109,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         if self_attention:
             query, key, value = self._project(x, "query", "key", "value", fused=fused)
         else:
-            check_float("context", context)
-            (query,), (key, value) = self._project(x, "query"), self._project(context, "key", "value", fused=fused)
+            (query,), (key, value) = self._project(x, "query"), self.project_keys_values(context, fused=fused)
         return self._mix(query, key, value, attention_mask, training)
 
     def _project(self, x, *names, fused=False):
