@@ -125,7 +125,7 @@ def main():
     singles = [row[None] for row in batches[0]]
     translations = {}
     for name, run in contenders.items():
-        for tokens in singles + batches:  # warm up every shape timed below (XLA compiles once per shape)
+        for tokens in singles:  # warm up every shape timed below (XLA compiles once per shape); batches: next line
             run(tokens)
         translations[name] = [target.detokenize(row) for batch in map(run, batches) for row in batch]
     latencies, throughputs = {name: [] for name in contenders}, {name: [] for name in contenders}
