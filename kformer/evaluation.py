@@ -1,12 +1,14 @@
 """Scoring translations: sacreBLEU's BLEU and chrF, and exact match."""
 
+import json
 import os
 import time
+from pathlib import Path
 
 import keras
 import sacrebleu
 
-from kformer.model_dir import TrainedModel
+from kformer.model_dir import TrainedModel, write_atomically
 from kformer.translator import Translator
 
 
@@ -52,6 +54,11 @@ class BestTranslations(keras.callbacks.Callback):
     With a moving average of the weights (`ema`), the average is scored and
     kept, since it is what a finished run saves.
 
+    Each new best is written to `path` and its scores beside it (best.json
+    for best.weights.h5), so a run resumed after a kill goes on from the
+    same record (`resume`): a later epoch must beat the best of the whole
+    run, not only of the part since the restart.
+
     Args:
         pairs: validation (source, target) pairs.
         source_tokenizer, target_tokenizer, max_length: the model's.
@@ -77,6 +84,15 @@ class BestTranslations(keras.callbacks.Callback):
             self._translator = Translator(trained, xla=False)  # one trace; XLA would compile per shape
         return score(self._translator.translate(self.sources), self.references)
 
+    @property
+    def _record_path(self):
+        return self.path.with_name(self.path.name.removesuffix(".weights.h5") + ".json")
+
+    def resume(self):
+        """Takes up the record of the run this one resumes: its best chrF, whose weights are in `path`."""
+        if self.path is not None and self.path.is_file() and self._record_path.is_file():
+            self.best = json.loads(self._record_path.read_text())["chrf"]
+
     def _keep_if_best(self, chrf):
         if chrf > self.best:
             self.best, self.best_weights = chrf, self.model.get_weights()
@@ -84,6 +100,10 @@ class BestTranslations(keras.callbacks.Callback):
                 partial = self.path.with_name("partial-" + self.path.name)
                 self.model.save_weights(partial)
                 os.replace(partial, self.path)
+                # After the weights: a kill in between leaves a record no higher than the file's own score.
+                write_atomically(
+                    self._record_path, lambda temporary: Path(temporary).write_text(json.dumps({"chrf": chrf}))
+                )
 
     def on_epoch_end(self, epoch, logs=None):
         optimizer = self.model.optimizer
@@ -110,3 +130,5 @@ class BestTranslations(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if self.best_weights is not None:
             self.model.set_weights(self.best_weights)
+        elif self.best >= 0:  # resumed, and no epoch since beat the best from before the restart
+            self.model.load_weights(self.path)

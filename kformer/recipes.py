@@ -4,6 +4,7 @@ The CLI is a thin layer over these; notebooks and scripts call them directly.
 """
 
 import contextlib
+import csv
 import dataclasses
 import shutil
 import time
@@ -206,8 +207,11 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             f"{out}: holds an interrupted run of a model of another shape; resume it with the settings it "
             "was started with, or choose another --out."
         ) from None
-    if backup.restored_step is not None and verbose:
-        print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1}.")
+    if backup.restored_step is not None:
+        if keeper is not None:
+            keeper.resume()
+        if verbose:
+            print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1}.")
     budget = TimeBudget(config.minutes, backup.seconds, schedule) if config.minutes else None
     average = CheckpointAverage(config.average, config.backup_steps, keeper) if config.average else None
     started = time.perf_counter()
@@ -224,18 +228,31 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         )
     seconds = time.perf_counter() - started
     steps = int(model.optimizer.iterations.numpy())
+    epochs = history.history if backup.restored_step is None else _whole_history(out / "training" / "history.csv")
     summary = {
         "steps": steps,
         "seconds": round(seconds, 1),
-        "epochs_run": len(history.history.get("loss", [])),
+        "epochs_run": len(epochs.get("loss", [])),
         "stopped_by": "time budget" if budget and budget.expired else "epochs or early stopping",
     }
     if average is not None and average.chrf is not None:
         summary["val_chrf_average"] = average.chrf
-    if history.history.get("loss"):
-        plots.learning_curves(history.history, out / "learning_curves.png")
-        summary.update({k: round(float(v[-1]), 4) for k, v in history.history.items()})
+    if epochs.get("loss"):
+        plots.learning_curves(epochs, out / "learning_curves.png")
+        summary.update({k: round(float(v[-1]), 4) for k, v in epochs.items()})
     return history, summary
+
+
+def _whole_history(path):
+    """{metric: a value per epoch} of every epoch a resumed run has logged, those before the restart included.
+
+    An epoch logged again (a kill between its log line and its backup) counts once, as last logged.
+    Columns CSVLogger left empty ("NA": validation metrics of a run without validation) are left out.
+    """
+    with open(path, newline="") as file:
+        rows = list({row.pop("epoch"): row for row in csv.DictReader(file)}.values())
+    names = [name for name in (rows[0] if rows else {}) if all(row[name] not in ("", "NA") for row in rows)]
+    return {name: [float(row[name]) for row in rows] for name in names}
 
 
 def _fit_across_workers(model, train, steps_per_epoch, config, verbose):

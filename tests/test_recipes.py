@@ -25,13 +25,12 @@ def letter_pairs(count, seed):
     return [(s, s) for s in sentences]
 
 
-def test_the_best_translating_weights_are_kept_not_the_last(tmp_path):
+def test_the_best_translating_weights_are_kept_not_the_last_even_across_a_restart(tmp_path):
     trained = copy_task_model()  # copies letter sequences: chrF 100 on copy pairs
     model = trained.model
     pairs = letter_pairs(40, seed=3)
-    keeper = BestTranslations(
-        pairs, trained.source_tokenizer, trained.target_tokenizer, 12, tmp_path / "best.weights.h5"
-    )
+    settings = (pairs, trained.source_tokenizer, trained.target_tokenizer, 12, tmp_path / "best.weights.h5")
+    keeper = BestTranslations(*settings)
     keeper.set_model(model)
     good = model.get_weights()
     sources = [s for s, _ in pairs]
@@ -51,6 +50,19 @@ def test_the_best_translating_weights_are_kept_not_the_last(tmp_path):
     model.set_weights([np.zeros_like(w) for w in good])
     model.load_weights(tmp_path / "best.weights.h5")  # the file holds the best weights too
     for kept, expected in zip(model.get_weights(), good, strict=True):
+        np.testing.assert_array_equal(kept, expected)
+
+    # Killed after epoch 0 and resumed: the new process's keeper must beat the best from before the restart.
+    assert json.loads((tmp_path / "best.json").read_text()) == {"chrf": logs[0]["val_chrf"]}
+    model.set_weights([w + rng.normal(0, 1.0, w.shape).astype(w.dtype) for w in good])
+    resumed = BestTranslations(*settings)
+    resumed.set_model(model)
+    resumed.resume()
+    after_restart = {}
+    resumed.on_epoch_end(2, after_restart)
+    resumed.on_train_end()
+    assert after_restart["val_chrf"] < 50.0 and resumed.best == logs[0]["val_chrf"]
+    for kept, expected in zip(model.get_weights(), good, strict=True):  # read back from best.weights.h5
         np.testing.assert_array_equal(kept, expected)
 
 

@@ -98,12 +98,35 @@ def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_
     assert result["steps"] == killed["step"] + (EPOCHS - killed["epoch"]) * STEPS_PER_EPOCH
     assert killed["step"] > interrupted["step"] > 0
     assert [row["epoch"] for row in history(out)] == [str(epoch) for epoch in range(EPOCHS)]
+    # The record covers the whole run, epochs before the restarts included.
+    assert result["epochs_run"] == EPOCHS
+    assert result["val_chrf_kept"] == max(float(row["val_chrf"]) for row in history(out))
     assert not (out / "training" / "backup").exists()
 
     clean_loss = float(history(clean_run[0])[-1]["val_loss"])
     resumed_loss = float(history(out)[-1]["val_loss"])
     assert clean_loss < 2.0  # the runs did learn: an untrained model is at ln(300) = 5.7
     assert resumed_loss <= clean_loss * 1.05
+
+
+def test_a_resumed_runs_record_is_read_back_whole(tmp_path):
+    """Keras' CSVLogger appends across restarts: each epoch counts once, as last logged; empty columns go."""
+    import keras
+
+    from kformer.recipes import _whole_history
+
+    path = tmp_path / "history.csv"
+
+    def run(epochs):
+        logger = keras.callbacks.CSVLogger(str(path), append=True)
+        logger.on_train_begin()
+        for epoch, loss in epochs:
+            logger.on_epoch_end(epoch, {"loss": loss, "accuracy": 1.0 - loss / 10})  # no validation: val_* "NA"
+        logger.on_train_end()
+
+    run([(0, 3.0), (1, 2.0)])  # killed after logging epoch 1, before its backup
+    run([(1, 1.9), (2, 1.5)])  # resumed: epoch 1 ran again
+    assert _whole_history(path) == {"accuracy": [0.7, 0.81, 0.85], "loss": [3.0, 1.9, 1.5]}
 
 
 def test_a_diverging_run_stops_with_one_message_and_keeps_the_last_good_weights(tmp_path):
