@@ -243,6 +243,9 @@ class CheckpointAverage(keras.callbacks.Callback):
     `keeper` (an object with `consider(weights) -> chrF`, such as
     `BestTranslations`), the average is scored like an epoch and kept only if
     it translates the validation pairs better; without one it is kept.
+    The checkpoints live in memory only: a run resumed after a kill averages
+    those taken since its restart (the keeper still holds the best epoch of
+    the whole run, so the average can only be kept if it beats that).
 
     Args:
         k: checkpoints to average (at least 2).
