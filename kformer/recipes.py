@@ -180,7 +180,9 @@ def _callbacks(out, config, keeper, budget, backup, average):
     training_dir = out / "training"
     callbacks = [average] if average is not None else []
     if keeper is not None:
-        callbacks += [keeper, keras.callbacks.EarlyStopping(monitor="val_chrf", mode="max", patience=config.patience)]
+        baseline = keeper.best if keeper.best >= 0 else None  # resumed: the best chrF from before the restart
+        stopper = keras.callbacks.EarlyStopping("val_chrf", mode="max", patience=config.patience, baseline=baseline)
+        callbacks += [keeper, stopper]
     callbacks += [
         keras.callbacks.CSVLogger(str(training_dir / "history.csv"), append=True),
         keras.callbacks.TensorBoard(str(training_dir / "logs"), update_freq=100),

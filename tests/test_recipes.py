@@ -14,7 +14,8 @@ from kformer.corpus import builtin_splits
 from kformer.evaluation import BestTranslations
 from kformer.model import SharedEmbeddingTransformer
 from kformer.model_dir import load
-from kformer.training import CheckpointAverage, compile_for_training
+from kformer.recipes import TrainingConfig, _callbacks
+from kformer.training import Backup, CheckpointAverage, compile_for_training
 
 LETTERS = VOCAB[4:]
 
@@ -64,6 +65,14 @@ def test_the_best_translating_weights_are_kept_not_the_last_even_across_a_restar
     assert after_restart["val_chrf"] < 50.0 and resumed.best == logs[0]["val_chrf"]
     for kept, expected in zip(model.get_weights(), good, strict=True):  # read back from best.weights.h5
         np.testing.assert_array_equal(kept, expected)
+    # Early stopping counts epochs that do not beat the whole run's best, not the best since the restart.
+    callbacks = _callbacks(tmp_path, TrainingConfig(patience=2), resumed, None, Backup(tmp_path / "backup"), None)
+    stopper = next(c for c in callbacks if isinstance(c, keras.callbacks.EarlyStopping))
+    stopper.set_model(model)
+    stopper.on_train_begin()
+    for epoch in (3, 4):
+        stopper.on_epoch_end(epoch, {"val_chrf": resumed.best - 1.0})
+    assert model.stop_training
 
 
 def test_a_sample_of_the_validation_split_spans_it():
