@@ -1,14 +1,12 @@
 """Scoring translations: sacreBLEU's BLEU and chrF, and exact match."""
 
 import json
-import os
 import time
-from pathlib import Path
 
 import keras
 import sacrebleu
 
-from kformer.model_dir import TrainedModel, write_atomically
+from kformer.model_dir import TrainedModel, write_atomically, write_json
 from kformer.translator import Translator
 
 
@@ -96,14 +94,10 @@ class BestTranslations(keras.callbacks.Callback):
     def _keep_if_best(self, chrf):
         if chrf > self.best:
             self.best, self.best_weights = chrf, self.model.get_weights()
-            if self.path is not None:  # Keras wants the name to end in .weights.h5, so not write_atomically
-                partial = self.path.with_name("partial-" + self.path.name)
-                self.model.save_weights(partial)
-                os.replace(partial, self.path)
+            if self.path is not None:
+                write_atomically(self.path, self.model.save_weights)
                 # After the weights: a kill in between leaves a record no higher than the file's own score.
-                write_atomically(
-                    self._record_path, lambda temporary: Path(temporary).write_text(json.dumps({"chrf": chrf}))
-                )
+                write_json(self._record_path, {"chrf": chrf})
 
     def on_epoch_end(self, epoch, logs=None):
         optimizer = self.model.optimizer

@@ -39,13 +39,16 @@ def umask():
 def write_atomically(path, write):
     """Calls write(temporary_path), then renames it to `path`: never a half-written file.
 
-    The file gets the user's normal permissions (0666 less the umask), not
-    the 0600 that `mkstemp` creates it with, so a serving process running as
-    another user can read it.
+    The temporary file ends like `path` does, compound suffix and all, since
+    Keras reads the kind of file from its name (`.keras`, `.weights.h5`). It
+    gets the user's normal permissions (0666 less the umask), not the 0600
+    that `mkstemp` creates it with, so a serving process running as another
+    user can read it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    suffix = "".join(path.suffixes)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
     os.close(handle)
     os.chmod(temporary, 0o666 & ~umask())
     try:

@@ -10,7 +10,6 @@ import collections
 import contextlib
 import json
 import math
-import os
 import signal
 import threading
 import time
@@ -21,6 +20,7 @@ import tensorflow as tf
 from keras import ops
 
 from kformer.choices import STRATEGIES
+from kformer.model_dir import write_atomically, write_json
 from kformer.text import PAD_ID
 
 
@@ -409,15 +409,10 @@ class Backup(keras.callbacks.Callback):
         """Writes the copy, unless a weight is not finite (then the last good copy stays)."""
         if not all(bool(tf.reduce_all(tf.math.is_finite(w))) for w in self.model.trainable_weights):
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.seconds = time.perf_counter() - self._started
         state = {"epoch": epoch, "step": int(self.model.optimizer.iterations.numpy()), "seconds": self.seconds}
-        partial = self.directory / "partial.weights.h5"
-        self.model.save_weights(partial)
-        os.replace(partial, self._weights_path)
-        partial = self.directory / "state.json.partial"
-        partial.write_text(json.dumps(state))
-        os.replace(partial, self._state_path)
+        write_atomically(self._weights_path, self.model.save_weights)
+        write_json(self._state_path, state)
 
 
 def make_strategy(name="default"):

@@ -87,6 +87,22 @@ def test_config_is_written_last_and_atomically(saved, monkeypatch):
     assert sorted(p.name for p in directory.iterdir() if p.name.startswith(".")) == []
 
 
+def test_weights_files_are_written_atomically_under_a_name_keras_accepts(saved, tmp_path):
+    from kformer.model_dir import write_atomically
+
+    trained, _ = saved
+    model = trained.model
+    path = tmp_path / "training" / "best.weights.h5"
+    # Keras refuses a weights file whose name does not end in .weights.h5, temporary or not.
+    write_atomically(path, model.save_weights)
+    original = [w.copy() for w in model.get_weights()]
+    model.set_weights([np.zeros_like(w) for w in original])
+    model.load_weights(path)
+    for read, written in zip(model.get_weights(), original, strict=True):
+        np.testing.assert_array_equal(read, written)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["best.weights.h5"]
+
+
 def test_config_json_is_the_last_file_put_in_place(saved, monkeypatch, tmp_path):
     import kformer.model_dir
 
