@@ -8,6 +8,7 @@ DIR/config.json         model and training settings, with "kind": "translator"
                         without it is incomplete
 """
 
+import glob
 import json
 import os
 import shutil
@@ -43,11 +44,15 @@ def write_atomically(path, write):
     Keras reads the kind of file from its name (`.keras`, `.weights.h5`). It
     gets the user's normal permissions (0666 less the umask), not the 0600
     that `mkstemp` creates it with, so a serving process running as another
-    user can read it.
+    user can read it. Temporary files of earlier writes to `path` that a
+    killed process left (a backup written every few hundred steps would
+    otherwise gather one a kill) are deleted first.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     suffix = "".join(path.suffixes)
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*{glob.escape(suffix)}"):
+        leftover.unlink(missing_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
     os.close(handle)
     os.chmod(temporary, 0o666 & ~umask())

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY_BATCH, run_fresh_python, to_numpy
+from conftest import REPO, TINY_BATCH, run_fresh_python, to_numpy
 
 from kformer import TrainedModel, build_transformer, load
 from kformer.model_dir import ModelDirectoryError
@@ -101,6 +101,37 @@ def test_weights_files_are_written_atomically_under_a_name_keras_accepts(saved, 
     for read, written in zip(model.get_weights(), original, strict=True):
         np.testing.assert_array_equal(read, written)
     assert sorted(p.name for p in path.parent.iterdir()) == ["best.weights.h5"]
+
+
+def test_a_write_killed_halfway_leaves_a_temporary_file_that_the_next_write_clears(tmp_path):
+    """SIGKILL mid-write (no cleanup runs) leaves a hidden temporary; the next write of that file deletes it."""
+    import signal
+    import subprocess
+    import sys
+
+    from kformer.model_dir import write_atomically
+
+    path = tmp_path / "backup" / "latest.weights.h5"
+    killed = f"""
+import os, signal
+from pathlib import Path
+from kformer.model_dir import write_atomically
+def write(temporary):
+    Path(temporary).write_bytes(b"half a file")
+    os.kill(os.getpid(), signal.SIGKILL)
+write_atomically({str(path)!r}, write)
+"""
+    for _ in range(2):
+        assert subprocess.run([sys.executable, "-c", killed], cwd=REPO).returncode == -signal.SIGKILL
+    other = path.parent / ".state.json.abcd1234.json"  # another file's temporary is not this write's business
+    other.write_text("{}")
+    left = [p.name for p in path.parent.iterdir() if p != other]
+    # One, not two: the second write cleared what the first kill left, then was killed in turn.
+    assert len(left) == 1 and left[0].startswith(".latest.weights.h5.") and not path.exists()
+
+    write_atomically(path, lambda temporary: Path(temporary).write_bytes(b"whole"))
+    assert sorted(p.name for p in path.parent.iterdir()) == [other.name, "latest.weights.h5"]
+    assert path.read_bytes() == b"whole"
 
 
 def test_config_json_is_the_last_file_put_in_place(saved, monkeypatch, tmp_path):
