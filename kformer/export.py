@@ -26,6 +26,7 @@ The TFLite and ONNX converters run in subprocesses (the TFLite converter leaks
 memory on every call). Each format is one writer function in `WRITERS`.
 """
 
+import glob
 import importlib.util
 import json
 import os
@@ -331,6 +332,8 @@ def export(
         converted = _Endpoints(Translator(trained, beam_size=beam_size, xla=False)) if xla else endpoints
     else:
         endpoints = converted = _GeneratorEndpoints(Generator(trained, max_new_tokens=max_new_tokens))
+    for leftover in out.resolve().parent.glob(f".{glob.escape(out.name)}.partial-*"):  # what a killed export left
+        shutil.rmtree(leftover, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(dir=out.resolve().parent, prefix=f".{out.name}.partial-"))
     os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 would hide the export from a serving account
 

@@ -221,6 +221,24 @@ def test_a_failed_export_leaves_nothing_that_looks_complete(trained, tmp_path, m
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_export_killed_halfway_leaves_a_staging_folder_that_the_next_export_clears(trained, tmp_path, monkeypatch):
+    import kformer.export
+
+    def killed(*args):  # as SIGKILL would: the export stops and its own cleanup never runs
+        monkeypatch.setattr(kformer.export.shutil, "rmtree", lambda *args, **kwargs: None)
+        raise ExportError("simulated kill")
+
+    monkeypatch.setattr(kformer.export, "_onnx", killed)
+    with pytest.raises(ExportError, match="simulated kill"):
+        export(trained, tmp_path / "out", formats=("saved_model", "onnx"), verbose=False)
+    assert [p.name.startswith(".out.partial-") for p in tmp_path.iterdir()] == [True]
+    monkeypatch.undo()
+
+    (tmp_path / ".other.partial-x").mkdir()  # another destination's staging folder is not this export's business
+    export(trained, tmp_path / "out", formats=("saved_model",), verbose=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.partial-x", "out"]
+
+
 def test_cli_names_a_missing_model_directory(tmp_path, capsys):
     assert main(["export", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
     assert "no such model directory" in capsys.readouterr().err
