@@ -299,11 +299,13 @@ class TrainingDiverged(TrainingStopped):
 class Backup(keras.callbacks.Callback):
     """A resumable copy of a training run, and the run's guard against losing it.
 
-    Every `every_steps` steps and at each epoch's end it writes, each file
-    atomically (a killed process leaves the previous copy whole), the weights
-    with the optimizer's state (latest.weights.h5) and where the run was
-    (state.json: epoch, step, seconds spent). `restore` puts a run back
-    before `fit`; an epoch cut short is run again from its start.
+    Every `every_steps` steps and at each epoch's end it writes the weights
+    with the optimizer's state (step-N.weights.h5), then where the run was
+    (state.json: epoch, step, seconds spent, and the weights file's name),
+    then deletes older weights files. Each file is written atomically and
+    state.json names its weights, so a process killed at any moment leaves
+    a state and weights of the same step. `restore` puts a run back before
+    `fit`; an epoch cut short is run again from its start.
 
     It also guards the run, inside `guard_interrupts()`:
     - Ctrl-C (SIGINT) saves at the end of the current step and raises
@@ -328,10 +330,6 @@ class Backup(keras.callbacks.Callback):
         self._started = None
 
     @property
-    def _weights_path(self):
-        return self.directory / "latest.weights.h5"
-
-    @property
     def _state_path(self):
         return self.directory / "state.json"
 
@@ -346,7 +344,7 @@ class Backup(keras.callbacks.Callback):
         state = json.loads(self._state_path.read_text())
         with model.distribute_strategy.scope():
             model.optimizer.build(model.trainable_variables)
-        model.load_weights(self._weights_path)
+        model.load_weights(self.directory / state["weights"])
         self.epoch, self.seconds, self.restored_step = state["epoch"], state["seconds"], state["step"]
         return self.epoch
 
@@ -410,9 +408,13 @@ class Backup(keras.callbacks.Callback):
         if not all(bool(tf.reduce_all(tf.math.is_finite(w))) for w in self.model.trainable_weights):
             return
         self.seconds = time.perf_counter() - self._started
-        state = {"epoch": epoch, "step": int(self.model.optimizer.iterations.numpy()), "seconds": self.seconds}
-        write_atomically(self._weights_path, self.model.save_weights)
-        write_json(self._state_path, state)
+        step = int(self.model.optimizer.iterations.numpy())
+        weights = f"step-{step}.weights.h5"
+        write_atomically(self.directory / weights, self.model.save_weights)
+        write_json(self._state_path, {"epoch": epoch, "step": step, "seconds": self.seconds, "weights": weights})
+        for path in self.directory.iterdir():  # older copies, and what killed writes left of them
+            if path.name.endswith(".weights.h5") and path.name != weights:
+                path.unlink(missing_ok=True)
 
 
 def make_strategy(name="default"):

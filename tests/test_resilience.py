@@ -21,6 +21,7 @@ from conftest import EPOCHS, REPO, STEPS_PER_EPOCH, train_command
 
 from kformer.cli import main
 from kformer.recipes import TrainingConfig
+from kformer.training import Backup
 
 
 def start(command):
@@ -140,10 +141,58 @@ def test_a_diverging_run_stops_with_one_message_and_keeps_the_last_good_weights(
     assert "the loss became nan at step" in stderr and "Traceback" not in stderr
     assert not (out / "config.json").exists() and not (out / "model.keras").exists()
     assert saved_state(out)["step"] >= 5
-    with h5py.File(out / "training" / "backup" / "latest.weights.h5") as weights:
+    with h5py.File(out / "training" / "backup" / saved_state(out)["weights"]) as weights:
         arrays = []
         weights.visititems(lambda name, item: arrays.append(item[()]) if isinstance(item, h5py.Dataset) else None)
     assert len(arrays) > 10 and all(np.isfinite(array).all() for array in arrays)
+
+
+class Killed(BaseException):
+    """What a SIGKILL between two writes leaves on disk: the first happened, the second never does."""
+
+
+def test_a_backup_killed_between_its_weights_and_its_state_resumes_at_a_step_whose_weights_it_has(
+    tmp_path, monkeypatch
+):
+    import keras
+
+    import kformer.training
+
+    def compiled():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(keras.optimizers.Adam(0.1), loss="mse")
+        return model
+
+    keras.utils.set_random_seed(0)
+    x, y = np.random.default_rng(0).standard_normal((40, 3)), np.random.default_rng(1).standard_normal((40, 2))
+    model, weights_at = compiled(), {}
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: weights_at.update({int(model.optimizer.iterations): model.get_weights()})
+    )
+    states = []
+
+    def write_json_then_die(path, data):  # the second backup dies after its weights, before its state
+        if states:
+            raise Killed
+        states.append(data)
+        write_json(path, data)
+
+    write_json = kformer.training.write_json
+    monkeypatch.setattr(kformer.training, "write_json", write_json_then_die)
+    with pytest.raises(Killed):
+        model.fit(x, y, batch_size=4, epochs=1, callbacks=[record, Backup(tmp_path, every_steps=4)], verbose=0)
+    monkeypatch.undo()
+    assert int(model.optimizer.iterations) == 8 and states[0]["step"] == 4
+
+    resumed = compiled()
+    Backup(tmp_path).restore(resumed)
+    assert int(resumed.optimizer.iterations) == 4  # the step state.json names, not the later weights' 8
+    for restored, expected in zip(resumed.get_weights(), weights_at[4], strict=True):
+        np.testing.assert_array_equal(restored, expected)
+
+    # The next backup clears the weights the killed one wrote.
+    resumed.fit(x[:16], y[:16], batch_size=4, epochs=1, callbacks=[Backup(tmp_path, every_steps=4)], verbose=0)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["state.json", "step-8.weights.h5"]
 
 
 def test_an_unwritable_out_is_refused_before_training(tmp_path):
