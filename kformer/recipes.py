@@ -200,7 +200,7 @@ def _epochs(config):
 def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper=None):
     """model.fit under the epoch count or the wall-clock budget; returns (history, summary)."""
     if config.strategy == "multiworker":
-        return _fit_across_workers(model, train, steps_per_epoch, config, verbose)
+        return _fit_across_workers(model, schedule, train, steps_per_epoch, config, verbose)
     backup = Backup(out / "training" / "backup", config.backup_steps)
     try:
         initial_epoch = backup.restore(model)
@@ -257,12 +257,12 @@ def _whole_history(path):
     return {name: [float(row[name]) for row in rows] for name in names}
 
 
-def _fit_across_workers(model, train, steps_per_epoch, config, verbose):
+def _fit_across_workers(model, schedule, train, steps_per_epoch, config, verbose):
     strategy = model.distribute_strategy
     started = time.perf_counter()
     steps = steps_per_epoch * _epochs(config)
-    seconds = config.minutes * 60 if config.minutes else None
-    history = fit_across_workers(model, train, steps, strategy, seconds, log_every=steps_per_epoch, verbose=verbose)
+    budget = TimeBudget(config.minutes, schedule=schedule) if config.minutes else None
+    history = fit_across_workers(model, train, steps, strategy, budget, log_every=steps_per_epoch, verbose=verbose)
     summary = {
         "steps": history["steps"],
         "seconds": round(time.perf_counter() - started, 1),

@@ -222,16 +222,18 @@ class TimeBudget(keras.callbacks.Callback):
         self.schedule.total_steps.assign(min(float(done + remaining + 1), self._most_steps))
 
     def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
-        now = time.perf_counter()
-        self.elapsed = now - self._start
-        self._times.append(now)
-        if self.schedule is not None and len(self._times) >= 10:
-            pace = (self._times[-1] - self._times[0]) / (len(self._times) - 1)
-            self._estimate(int(self.model.optimizer.iterations.numpy()), pace)
-        if self.elapsed >= self.seconds:
-            self.expired = True
+        if self.step_done(int(self.model.optimizer.iterations.numpy()), time.perf_counter() - self._start):
             self.model.stop_training = True
+
+    def step_done(self, done, elapsed):
+        """Counts a step (`done` in all, after `elapsed` seconds of the run); returns True once time is up."""
+        self.steps += 1
+        self.elapsed = elapsed
+        self._times.append(elapsed)
+        if self.schedule is not None and len(self._times) >= 10:
+            self._estimate(done, (self._times[-1] - self._times[0]) / (len(self._times) - 1))
+        self.expired = self.elapsed >= self.seconds
+        return self.expired
 
 
 class CheckpointAverage(keras.callbacks.Callback):
@@ -438,15 +440,22 @@ def make_strategy(name="default"):
     raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
 
 
-def fit_across_workers(model, dataset, steps, strategy, seconds=None, log_every=100, verbose=1):
+def fit_across_workers(model, dataset, steps, strategy, budget=None, log_every=100, verbose=1):
     """Trains a compiled model for `steps` batches under MultiWorkerMirroredStrategy.
 
     model.fit in Keras 3.15 cannot drive this strategy (its first-batch build
     and metric reduction fail: keras-team/keras#20585), so this is the plain
     distributed loop fit would run: each worker's replica computes the loss
     (already divided by the replica count) and its gradients, the optimizer
-    all-reduces them, and the summed loss is the global mean. No Keras
-    callbacks run here; the recipe saves the result on the chief.
+    all-reduces them, and the summed loss is the global mean. Of the Keras
+    callbacks only `budget` (a `TimeBudget`) runs here; the recipe saves the
+    result on the chief.
+
+    Under a budget every worker must stop at the same step (a worker still
+    waiting on an all-reduce that the others left fails) and set its budget
+    schedule's end to the same step (else the workers' weights drift apart),
+    so each step all-reduces the workers' clocks with the loss, and all of
+    them go by the mean.
 
     Returns:
         {"loss": [mean loss of each logged span], "steps": steps run}.
@@ -454,24 +463,27 @@ def fit_across_workers(model, dataset, steps, strategy, seconds=None, log_every=
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
 
     @tf.function
-    def train_step(batch):
+    def train_step(batch, elapsed):
         def replica_step(inputs, labels):
             with tf.GradientTape() as tape:
                 loss = model.loss(labels, model(inputs, training=True))
             model.optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
-            return loss
+            return tf.stack([loss, elapsed / strategy.num_replicas_in_sync])
 
-        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)
+        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)  # [loss, mean elapsed]
 
     started, losses, span = time.perf_counter(), [], []
     for step in range(1, steps + 1):
-        span.append(float(train_step(next(iterator))))
+        loss, elapsed = train_step(next(iterator), tf.constant(time.perf_counter() - started, tf.float32)).numpy()
+        span.append(float(loss))
         if step % log_every == 0 or step == steps:
             losses.append(sum(span) / len(span))
             span = []
             if verbose:
                 print(f"step {step}/{steps} - loss {losses[-1]:.4f}", flush=True)
-        if seconds is not None and time.perf_counter() - started >= seconds:
+        if budget is not None and budget.step_done(int(model.optimizer.iterations.numpy()), float(elapsed)):
+            if span:
+                losses.append(sum(span) / len(span))
             break
     return {"loss": losses, "steps": step}
 

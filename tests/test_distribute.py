@@ -11,12 +11,12 @@ import numpy as np
 from conftest import REPO, run_fresh_python
 
 TRAIN_A_FEW_STEPS = """
-    import json, os, sys
+    import json, os, sys, time
     import numpy as np
     import tensorflow as tf
     {setup}
     import keras, kformer
-    from kformer.training import compile_for_training, make_strategy
+    from kformer.training import BudgetSchedule, TimeBudget, compile_for_training, make_strategy
 
     strategy = make_strategy({strategy!r})  # before any other TensorFlow work
     rng = np.random.default_rng(0)
@@ -33,16 +33,24 @@ TRAIN_A_FEW_STEPS = """
     with strategy.scope():
         model = kformer.build_transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
         model.set_weights(reference.get_weights())
-        compile_for_training(model, 16, warmup_steps=10, jit_compile=False)
+        schedule = BudgetSchedule(16, 1e9, warmup_steps=10) if {budget} else None
+        compile_for_training(model, 16, warmup_steps=10, jit_compile=False, schedule=schedule)
     np.save("weights-initial.npy", np.concatenate([w.ravel() for w in reference.get_weights()]))
+    task = json.loads(os.environ.get("TF_CONFIG", '{{"task": {{"index": 0}}}}'))["task"]["index"]
     if {loop}:  # Keras 3.15's fit cannot run multi-worker training; kformer's loop does
         from kformer.training import fit_across_workers
-        losses = fit_across_workers(model, data.repeat(), 8, strategy, log_every=4, verbose=0)["loss"]
+        budget = None
+        if {budget}:  # seconds; each worker's clock starts 1.5 s after the one before
+            time.sleep(1.5 * task)
+            budget = TimeBudget({budget} / 60, schedule=schedule)
+        losses = fit_across_workers(model, data.repeat(), {steps}, strategy, budget, log_every=4, verbose=0)["loss"]
     else:
         losses = model.fit(data, epochs=2, verbose=0).history["loss"]
-    task = json.loads(os.environ.get("TF_CONFIG", '{{"task": {{"index": 0}}}}'))["task"]["index"]
     np.save(f"weights-{strategy}-{{task}}.npy", np.concatenate([w.ravel() for w in model.get_weights()]))
-    print(json.dumps({{"replicas": strategy.num_replicas_in_sync, "loss": losses}}))
+    steps = int(model.optimizer.iterations.numpy())
+    end_rate = float(schedule(steps - 1) / schedule(9)) if schedule else None  # of the peak
+    replicas = strategy.num_replicas_in_sync
+    print(json.dumps({{"replicas": replicas, "loss": losses, "steps": steps, "end_rate": end_rate}}))
 """
 
 TWO_LOGICAL_CPUS = """
@@ -51,9 +59,11 @@ TWO_LOGICAL_CPUS = """
 """
 
 
-def training_code(strategy, setup="", batch=16, loop=False):
+def training_code(strategy, setup="", batch=16, loop=False, steps=8, budget=None):
     setup = textwrap.indent(textwrap.dedent(setup), "    ").strip()
-    return textwrap.dedent(TRAIN_A_FEW_STEPS.format(setup=setup, strategy=strategy, batch=batch, loop=loop))
+    return textwrap.dedent(
+        TRAIN_A_FEW_STEPS.format(setup=setup, strategy=strategy, batch=batch, loop=loop, steps=steps, budget=budget)
+    )
 
 
 def run_training(tmp_path, strategy, setup="", **kwargs):
@@ -79,9 +89,9 @@ def free_ports(count):
     return ports
 
 
-def test_two_local_workers_train_together(tmp_path):
+def run_two_workers(tmp_path, code):
+    """Runs `code` as the two workers of a local cluster; returns what each printed last, as JSON."""
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    code = training_code("multiworker", loop=True)
     processes = []
     for index in range(2):
         tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
@@ -101,6 +111,11 @@ def test_two_local_workers_train_together(tmp_path):
         stdout, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr[-3000:]
         results.append(json.loads(stdout.strip().splitlines()[-1]))
+    return results
+
+
+def test_two_local_workers_train_together(tmp_path):
+    results = run_two_workers(tmp_path, training_code("multiworker", loop=True))
     assert [r["replicas"] for r in results] == [2, 2]
     assert results[0]["loss"] == results[1]["loss"]
     assert results[0]["loss"][1] < results[0]["loss"][0]
@@ -113,3 +128,13 @@ def test_two_local_workers_train_together(tmp_path):
     )
     np.testing.assert_array_equal(first, second)
     assert np.linalg.norm(first - single) < 0.02 * np.linalg.norm(single - initial)
+
+
+def test_two_local_workers_under_a_time_budget_stop_at_one_step_with_the_schedule_ended(tmp_path):
+    """Their clocks start 1.5 s apart. A worker that stopped alone would leave the other waiting on an
+    all-reduce, and schedules ended at different steps would give the two different weights."""
+    results = run_two_workers(tmp_path, training_code("multiworker", loop=True, steps=100_000, budget=15))
+    assert results[0]["steps"] == results[1]["steps"] > 10
+    assert results[0]["end_rate"] == results[1]["end_rate"] < 0.1  # down near zero at the budget's end, not at 1e9
+    first, second = (np.load(tmp_path / f"weights-multiworker-{task}.npy") for task in (0, 1))
+    np.testing.assert_array_equal(first, second)
