@@ -44,6 +44,8 @@ def _config(args, **overrides):
         raise _UsageError(f"--ema is a decay between 0 and 1 (such as 0.999), not {settings['ema']}.")
     if settings.get("average", 2) < 2:
         raise _UsageError(f"--average is a number of checkpoints, 2 or more, not {settings['average']}.")
+    if settings.get("average") and settings.get("strategy") == "multiworker":
+        raise _UsageError("--average needs the per-epoch validation that --strategy multiworker does not run.")
     if settings.get("batch_tokens", 1) < 1:
         raise _UsageError(f"--batch-tokens must be a positive number of tokens, not {settings['batch_tokens']}.")
     return TrainingConfig(**settings)

@@ -215,6 +215,7 @@ def test_init_from_needs_a_trained_translator(tmp_path, capsys):
         (["--ema", "1.5"], "--ema is a decay between 0 and 1"),
         (["--batch-tokens", "0"], "--batch-tokens must be"),
         (["--average", "1"], "--average is a number of checkpoints, 2 or more"),
+        (["--average", "5", "--strategy", "multiworker"], "--average needs the per-epoch validation"),
     ],
 )
 def test_bad_recipe_flags_are_one_usage_error(tmp_path, capsys, flags, message):
