@@ -476,14 +476,13 @@ def fit_across_workers(model, dataset, steps, strategy, budget=None, log_every=1
     for step in range(1, steps + 1):
         loss, elapsed = train_step(next(iterator), tf.constant(time.perf_counter() - started, tf.float32)).numpy()
         span.append(float(loss))
-        if step % log_every == 0 or step == steps:
+        stop = budget is not None and budget.step_done(int(model.optimizer.iterations.numpy()), float(elapsed))
+        if step % log_every == 0 or step == steps or stop:
             losses.append(sum(span) / len(span))
             span = []
             if verbose:
                 print(f"step {step}/{steps} - loss {losses[-1]:.4f}", flush=True)
-        if budget is not None and budget.step_done(int(model.optimizer.iterations.numpy()), float(elapsed)):
-            if span:
-                losses.append(sum(span) / len(span))
+        if stop:
             break
     return {"loss": losses, "steps": step}
 
