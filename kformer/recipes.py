@@ -34,6 +34,7 @@ from kformer.training import (
     Backup,
     BudgetSchedule,
     CheckpointAverage,
+    DamagedBackup,
     TimeBudget,
     TransformerSchedule,
     compile_for_training,
@@ -204,6 +205,11 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
     backup = Backup(out / "training" / "backup", config.backup_steps)
     try:
         initial_epoch = backup.restore(model)
+    except DamagedBackup as error:
+        raise ModelDirectoryError(
+            f"{error}; the interrupted run in {out} cannot be resumed: delete {backup.directory} to start it "
+            "over, or choose another --out."
+        ) from None
     except ValueError:  # Keras: the saved weights do not fit this model
         raise ModelDirectoryError(
             f"{out}: holds an interrupted run of a model of another shape; resume it with the settings it "

@@ -298,6 +298,10 @@ class TrainingDiverged(TrainingStopped):
     """The loss became NaN or infinite; the backup keeps the last good weights."""
 
 
+class DamagedBackup(ValueError):
+    """A backup's state.json or weights file cannot be read back."""
+
+
 class Backup(keras.callbacks.Callback):
     """A resumable copy of a training run, and the run's guard against losing it.
 
@@ -340,14 +344,29 @@ class Backup(keras.callbacks.Callback):
 
         Returns:
             The epoch to start at (0 when there is nothing to resume).
+
+        Raises:
+            DamagedBackup: state.json or the weights it names cannot be read.
+            ValueError: the weights are of a model of another shape.
         """
         if not self._state_path.is_file():
             return 0
-        state = json.loads(self._state_path.read_text())
+        try:
+            state = json.loads(self._state_path.read_text())
+            # Backups written before state.json named its weights kept them in latest.weights.h5.
+            weights = self.directory / state.get("weights", "latest.weights.h5")
+            epoch, seconds, step = int(state["epoch"]), float(state["seconds"]), int(state["step"])
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise DamagedBackup(f"{self._state_path}: not a backup's state ({error!r})") from None
+        if not weights.is_file():
+            raise DamagedBackup(f"{weights}: missing, though {self._state_path.name} names it")
         with model.distribute_strategy.scope():
             model.optimizer.build(model.trainable_variables)
-        model.load_weights(self.directory / state["weights"])
-        self.epoch, self.seconds, self.restored_step = state["epoch"], state["seconds"], state["step"]
+        try:
+            model.load_weights(weights)
+        except OSError as error:  # h5py: not an HDF5 file, or a truncated one
+            raise DamagedBackup(f"{weights}: cannot be read ({error})") from None
+        self.epoch, self.seconds, self.restored_step = epoch, seconds, step
         return self.epoch
 
     @contextlib.contextmanager

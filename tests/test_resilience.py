@@ -195,6 +195,61 @@ def test_a_backup_killed_between_its_weights_and_its_state_resumes_at_a_step_who
     assert sorted(path.name for path in tmp_path.iterdir()) == ["state.json", "step-8.weights.h5"]
 
 
+def test_a_backup_from_before_state_json_named_its_weights_still_resumes(tmp_path):
+    """Earlier versions kept the weights in latest.weights.h5 and wrote no "weights" key."""
+    import keras
+
+    def compiled():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(keras.optimizers.Adam(0.1), loss="mse")
+        return model
+
+    x, y = np.random.default_rng(0).standard_normal((12, 3)), np.random.default_rng(1).standard_normal((12, 2))
+    trained = compiled()
+    trained.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    trained.save_weights(tmp_path / "latest.weights.h5")
+    (tmp_path / "state.json").write_text(json.dumps({"epoch": 1, "step": 3, "seconds": 2.5}))
+
+    resumed, backup = compiled(), Backup(tmp_path, every_steps=3)
+    assert backup.restore(resumed) == 1 and backup.restored_step == 3
+    assert int(resumed.optimizer.iterations) == 3
+    for restored, expected in zip(resumed.get_weights(), trained.get_weights(), strict=True):
+        np.testing.assert_array_equal(restored, expected)
+    resumed.fit(x, y, batch_size=4, epochs=2, initial_epoch=1, callbacks=[backup], verbose=0)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["state.json", "step-6.weights.h5"]
+
+
+@pytest.mark.parametrize(
+    "damage, named",
+    [
+        ("state.json cut short", "state.json: not a backup's state"),
+        ("state.json without its step", "state.json: not a backup's state"),
+        ("weights file deleted", "step-40.weights.h5: missing, though state.json names it"),
+        ("weights file not HDF5", "step-40.weights.h5: cannot be read"),
+    ],
+)
+def test_a_damaged_backup_is_one_sentence_that_says_what_to_do(tmp_path, capsys, damage, named):
+    out = tmp_path / "model"
+    backup = out / "training" / "backup"
+    backup.mkdir(parents=True)
+    state = {"epoch": 1, "step": 40, "seconds": 9.0, "weights": "step-40.weights.h5"}
+    if damage == "state.json cut short":
+        (backup / "state.json").write_text(json.dumps(state)[:20])
+    elif damage == "state.json without its step":
+        (backup / "state.json").write_text(json.dumps({k: v for k, v in state.items() if k != "step"}))
+    else:
+        (backup / "state.json").write_text(json.dumps(state))
+        if damage == "weights file not HDF5":
+            (backup / "step-40.weights.h5").write_bytes(b"not an HDF5 file")
+
+    assert main(train_command(out, "--epochs", "1", "--steps-per-epoch", "5")[3:]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kformer train: error: {backup / named.split(':')[0]}:"), err
+    assert named in err and f"delete {backup} to start it over, or choose another --out." in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    assert not (out / "model.keras").exists()
+
+
 def test_an_unwritable_out_is_refused_before_training(tmp_path):
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the directory should go")
