@@ -31,24 +31,20 @@ def _load_pairs(data):
 
 
 def _config(args, **overrides):
-    from kformer.recipes import TrainingConfig
+    from kformer.recipes import ConfigError, TrainingConfig
 
     settings = dict(overrides)
     for name in TrainingConfig.__dataclass_fields__:
         value = getattr(args, name, None)
         if value is not None:
             settings[name] = value
-    if getattr(args, "vocab_size", None):
+    if getattr(args, "vocab_size", None) is not None:
         settings["source_vocab_size"] = settings["target_vocab_size"] = args.vocab_size
-    if not 0.0 < settings.get("ema", 0.5) < 1.0:
-        raise _UsageError(f"--ema is a decay between 0 and 1 (such as 0.999), not {settings['ema']}.")
-    if settings.get("average", 2) < 2:
-        raise _UsageError(f"--average is a number of checkpoints, 2 or more, not {settings['average']}.")
-    if settings.get("average") and settings.get("strategy") == "multiworker":
-        raise _UsageError("--average needs the per-epoch validation that --strategy multiworker does not run.")
-    if settings.get("batch_tokens", 1) < 1:
-        raise _UsageError(f"--batch-tokens must be a positive number of tokens, not {settings['batch_tokens']}.")
-    return TrainingConfig(**settings)
+    try:
+        return TrainingConfig(**settings)
+    except ConfigError as error:  # named by the flag the user typed
+        flag = "vocab-size" if error.name.endswith("_vocab_size") else error.name.replace("_", "-")
+        raise _UsageError(error.describe(f"--{flag}")) from None
 
 
 def _print_scores(name, scores):
@@ -203,6 +199,17 @@ def _walkthrough(args):
     print(walkthrough.black_cat_report())
 
 
+def _positive_int(text):
+    """argparse type: a whole number of at least 1 (a count, a size)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
 def _add_training_flags(parser):
     group = parser.add_argument_group("model and training (defaults: the paper's recipe at small scale)")
     group.add_argument("--minutes", type=float, help="wall-clock training budget")
@@ -299,19 +306,21 @@ def build_parser():
     translate = commands.add_parser("translate", help="translate sentences given as arguments or on stdin")
     translate.add_argument("--model", required=True, help="model directory")
     translate.add_argument("sentences", nargs="*", help="sentences (default: one per line on stdin)")
-    translate.add_argument("--beam", type=int, default=1, help="beam size (default: 1, greedy)")
-    translate.add_argument("--batch-size", type=int, default=64, help="sentences decoded together")
+    translate.add_argument("--beam", type=_positive_int, default=1, help="beam size (default: 1, greedy)")
+    translate.add_argument("--batch-size", type=_positive_int, default=64, help="sentences decoded together")
     translate.set_defaults(run=_translate)
 
     generate = commands.add_parser("generate", help="continue prompts with a language model (train --task lm)")
     generate.add_argument("--model", required=True, help="language-model directory")
     generate.add_argument("prompts", nargs="*", help="prompts (default: one per line on stdin)")
-    generate.add_argument("--max-tokens", dest="max_tokens", type=int, default=50, help="most tokens to write")
+    generate.add_argument(
+        "--max-tokens", dest="max_tokens", type=_positive_int, default=50, help="most tokens to write"
+    )
     generate.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sample")
     generate.add_argument("--top-k", dest="top_k", type=int, default=0, help="sample among the k most likely (0: all)")
     generate.add_argument("--top-p", dest="top_p", type=float, default=1.0, help="sample from this probability mass")
     generate.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    generate.add_argument("--batch-size", type=int, default=64, help="prompts generated together")
+    generate.add_argument("--batch-size", type=_positive_int, default=64, help="prompts generated together")
     generate.set_defaults(run=_generate)
 
     attention = commands.add_parser("attention", help="draw the attention heatmaps of one translation")
@@ -332,8 +341,12 @@ def build_parser():
     )
     export.add_argument("--name", default="kformer", help="TF Serving model name (default: %(default)s)")
     export.add_argument("--version", type=int, default=1, help="TF Serving version directory (default: 1)")
-    export.add_argument("--beam", type=int, default=1, help="beam size the artifacts decode with (default: 1)")
-    export.add_argument("--max-tokens", dest="max_tokens", type=int, default=50, help="language models: tokens written")
+    export.add_argument(
+        "--beam", type=_positive_int, default=1, help="beam size the artifacts decode with (default: 1)"
+    )
+    export.add_argument(
+        "--max-tokens", dest="max_tokens", type=_positive_int, default=50, help="language models: tokens written"
+    )
     export.set_defaults(run=_export)
 
     walkthrough = commands.add_parser(

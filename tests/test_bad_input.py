@@ -112,3 +112,21 @@ def test_cli_translate_arguments_that_are_odd(model_dir, capsys):
     ]
     assert main(["translate", "--model", str(model_dir), *texts]) == 0
     assert len(capsys.readouterr().out.split("\n")) == len(texts) + 1  # one line each, then the final newline
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["translate", "--beam", "0", "hi"], "--beam"),
+        (["translate", "--batch-size", "-3", "hi"], "--batch-size"),
+        (["generate", "--max-tokens", "0", "hi"], "--max-tokens"),
+        (["export", "--out", "x", "--beam", "two"], "--beam"),
+    ],
+)
+def test_cli_counts_that_are_not_positive_are_a_usage_error_before_loading(model_dir, tmp_path, capsys, argv, flag):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv[:1], "--model", str(model_dir), *argv[1:]])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument {flag}: expected a positive whole number, got '{argv[argv.index(flag) + 1]}'" in err
+    assert "Traceback" not in err

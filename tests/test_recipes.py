@@ -216,11 +216,45 @@ def test_init_from_needs_a_trained_translator(tmp_path, capsys):
         (["--batch-tokens", "0"], "--batch-tokens must be"),
         (["--average", "1"], "--average is a number of checkpoints, 2 or more"),
         (["--average", "5", "--strategy", "multiworker"], "--average needs the per-epoch validation"),
+        (["--epochs", "0"], "--epochs must be a positive integer, not 0."),
+        (["--steps-per-epoch", "0"], "--steps-per-epoch must be a positive integer, not 0."),
+        (["--minutes", "-1"], "--minutes must be a positive number, not -1.0."),
+        (["--minutes", "nan"], "--minutes must be a positive number, not nan."),
+        (["--num-heads", "3"], "--num-heads must divide d_model (32) into equal heads, not 3."),
+        (["--batch-size", "0"], "--batch-size must be a positive integer, not 0."),
+        (["--max-length", "0"], "--max-length must be a positive integer, not 0."),
+        (["--vocab-size", "0"], "--vocab-size must be a positive integer, not 0."),
+        (["--warmup-steps", "0"], "--warmup-steps must be a positive integer, not 0."),
+        (["--dropout", "1"], "--dropout is a rate from 0 up to (not including) 1, not 1.0."),
+        (["--label-smoothing", "-0.1"], "--label-smoothing is a rate from 0 up to (not including) 1, not -0.1."),
+        (["--clipnorm", "0"], "--clipnorm must be a positive number, not 0.0."),
     ],
 )
 def test_bad_recipe_flags_are_one_usage_error(tmp_path, capsys, flags, message):
     assert main(train_command(tmp_path / "out", *flags)[3:]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == f"kformer train: error: {message}\n" if message.endswith(".") else message in err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_a_config_out_of_range_is_refused_when_made_naming_the_setting():
+    from kformer.recipes import ConfigError
+
+    for settings, name in [
+        (dict(d_model=32, num_heads=3), "num_heads"),
+        (dict(epochs=0), "epochs"),
+        (dict(minutes=float("nan")), "minutes"),
+        (dict(d_ff=64.5), "d_ff"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(patience=-1), "patience"),
+        (dict(schedule="cosine"), "schedule"),
+        (dict(strategy="gpu"), "strategy"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^{name} ") as error:
+            TrainingConfig(**settings)
+        assert error.value.name == name and isinstance(error.value, ValueError)
+    # The edges of each range are settings people use.
+    TrainingConfig(dropout=0.0, label_smoothing=0.0, patience=0, epochs=1, ema=0.999, average=2, minutes=0.01)
 
 
 def test_keras_ema_is_what_the_flag_turns_on():
