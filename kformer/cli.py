@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import sys
+from pathlib import Path
 
 from kformer.choices import FORMATS, QUANTIZATIONS, SCHEDULES, STRATEGIES, TASKS
 
@@ -47,6 +48,24 @@ def _config(args, **overrides):
         raise _UsageError(error.describe(f"--{flag}")) from None
 
 
+def _refuse_new_architecture(args):
+    """--init-from keeps the architecture it starts from: a flag asking for another one is an error, not ignored."""
+    from kformer.recipes import ARCHITECTURE
+
+    try:
+        saved = json.loads((Path(args.init_from) / "config.json").read_text(encoding="utf-8"))["training"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # not a model directory kformer wrote: the recipe says so
+    for name in ARCHITECTURE:
+        asked = getattr(args, name, None)
+        if asked is not None and name in saved and asked != saved[name]:
+            flag = "--" + name.replace("_", "-")
+            raise _UsageError(
+                f"{flag}: the model in {args.init_from} has {name} {saved[name]}, not {asked}; fine-tuning "
+                f"(--init-from) keeps the architecture it starts from, so leave {flag} out."
+            )
+
+
 def _print_scores(name, scores):
     print(
         f"{name}: BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}  "
@@ -81,6 +100,8 @@ def _train(args):
     from kformer.recipes import read_lines, train_language_model, train_translator
 
     config = _config(args)
+    if config.init_from:
+        _refuse_new_architecture(args)
     if args.task == "lm":
         lines = [t for _, t in _load_pairs("builtin")["train"]] if args.data == "builtin" else read_lines(args.data)
         summary = train_language_model(lines, args.out, config, args.verbose, args.overwrite).config["result"]

@@ -175,7 +175,6 @@ def test_fine_tuning_starts_from_the_model_and_keeps_its_vocabularies(clean_run,
     # A learning rate of nearly zero: after training, the weights must still be the base model's.
     argv = train_command(out, "--init-from", str(base), "--epochs", "1", "--learning-rate-scale", "1e-9")[3:]
     argv[argv.index("--data") + 1] = str(data)
-    argv[argv.index("--d-model") + 1] = "48"  # the base model's architecture wins over the flags
     assert main(argv) == 0
     for name in ("source_vocab.txt", "target_vocab.txt"):
         assert (out / name).read_bytes() == (base / name).read_bytes()
@@ -201,6 +200,19 @@ def test_fine_tuning_learns_the_new_pairs(clean_run, tmp_path):
     translations = Translator(out).translate(probe)
     assert sum(t.startswith("lo ") for t in translations) > 0.8 * len(probe)
     assert sum(t.startswith("lo ") for t in Translator(base).translate(probe)) == 0
+
+
+def test_init_from_refuses_a_flag_that_asks_for_another_architecture(tmp_path, capsys):
+    base = tmp_path / "base"
+    (base / "training").mkdir(parents=True)  # what the check reads; a wrong flag stops before any model loads
+    (base / "config.json").write_text(json.dumps({"kind": "translator", "training": {"d_model": 32, "num_layers": 1}}))
+    argv = train_command(tmp_path / "out", "--init-from", str(base), "--epochs", "1", "--num-layers", "2")[3:]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"kformer train: error: --num-layers: the model in {base} has num_layers 1, not 2; fine-tuning "
+        "(--init-from) keeps the architecture it starts from, so leave --num-layers out.\n"
+    )
+    assert not (tmp_path / "out").exists()
 
 
 def test_init_from_needs_a_trained_translator(tmp_path, capsys):
