@@ -66,6 +66,19 @@ def _refuse_new_architecture(args):
             )
 
 
+def _load_translator(path):
+    """The translator in model directory `path`; a language model there is a usage error, not a traceback."""
+    from kformer.model_dir import load
+
+    trained = load(path)
+    if trained.kind != "translator":
+        raise _UsageError(
+            f"{path}: holds a {trained.kind}, and this command needs a translator; for a language model use "
+            "`kformer generate`."
+        )
+    return trained
+
+
 def _print_scores(name, scores):
     print(
         f"{name}: BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}  "
@@ -118,9 +131,8 @@ def _train(args):
 def _evaluate(args):
     from kformer.data import read_pairs
     from kformer.evaluation import evaluate
-    from kformer.model_dir import load
 
-    trained = load(args.model)
+    trained = _load_translator(args.model)
     pairs = _load_pairs(args.data)["test"] if args.data == "builtin" else read_pairs(args.data)
     scores = evaluate(trained, pairs, lowercase=args.lowercase)
     if args.json:
@@ -132,7 +144,7 @@ def _evaluate(args):
 def _translate(args):
     from kformer.translator import Translator
 
-    translator = Translator(args.model, beam_size=args.beam)
+    translator = Translator(_load_translator(args.model), beam_size=args.beam)
     if args.sentences:
         batches = [args.sentences]
     else:
@@ -187,10 +199,10 @@ def _stdin_batches(batch_size):
 
 def _attention(args):
     from kformer import plots
-    from kformer.model_dir import load
 
+    trained = _load_translator(args.model)
     try:
-        plots.attention_heatmaps(load(args.model), args.sentence, args.out)
+        plots.attention_heatmaps(trained, args.sentence, args.out)
     except ValueError as error:
         raise _UsageError(error) from None
     print(f"Saved the attention heatmaps to {args.out}.")

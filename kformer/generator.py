@@ -7,6 +7,8 @@ time, and the continuation is chosen greedily or sampled (temperature,
 top-k, top-p) with a seed.
 """
 
+import math
+import numbers
 from pathlib import Path
 
 import tensorflow as tf
@@ -58,8 +60,10 @@ class Generator(tf.Module):
             raise ValueError(f"Generator needs a language model (kformer train --task lm), got a {kind}.")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got max_new_tokens={max_new_tokens!r}.")
-        if temperature < 0:
-            raise ValueError(f"temperature must be 0 (greedy) or more, got temperature={temperature!r}.")
+        if not (isinstance(temperature, numbers.Real) and 0 <= temperature < math.inf):  # NaN fails too
+            raise ValueError(
+                f"temperature must be 0 (greedy) or a finite number above it, got temperature={temperature!r}."
+            )
         if not isinstance(top_k, int) or top_k < 0:
             raise ValueError(f"top_k must be a non-negative integer (0: no limit), got top_k={top_k!r}.")
         if not 0.0 < top_p <= 1.0:

@@ -118,6 +118,8 @@ def test_generation_stops_at_the_stop_token_and_the_budget(random_lm):
     "settings, message",
     [
         ({"temperature": -1.0}, "temperature must be 0"),
+        ({"temperature": float("nan")}, "temperature must be 0 .* got temperature=nan"),
+        ({"temperature": float("inf")}, "temperature must be 0 .* got temperature=inf"),
         ({"top_k": -2}, "top_k must be a non-negative integer"),
         ({"top_p": 0.0}, "top_p must be in"),
         ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
@@ -127,6 +129,27 @@ def test_generation_stops_at_the_stop_token_and_the_budget(random_lm):
 def test_bad_settings_are_one_clear_error(random_lm, settings, message):
     with pytest.raises(ValueError, match=message):
         Generator(random_lm, **settings)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["translate", "hello"], ["evaluate", "--data", "builtin"], ["attention", "hello", "--out", "never.png"]],
+)
+def test_translator_commands_on_a_language_model_are_one_usage_error(alphabet_lm, tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    assert main([argv[0], "--model", str(alphabet_lm), *argv[1:]]) == 2
+    assert capsys.readouterr().err == (
+        f"kformer {argv[0]}: error: {alphabet_lm}: holds a language_model, and this command needs a translator; "
+        "for a language model use `kformer generate`.\n"
+    )
+    assert not (tmp_path / "never.png").exists()
+
+
+def test_attention_maps_of_a_language_model_are_refused_by_name(random_lm):
+    from kformer.plots import attention_weights
+
+    with pytest.raises(ValueError, match="attention maps are drawn for a translator; this model is a language_model"):
+        attention_weights(random_lm, "a b c")
 
 
 def test_a_translator_is_not_a_language_model(random_lm):
