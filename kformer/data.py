@@ -168,6 +168,18 @@ def read_pairs(path, verbose=0):
     return pairs
 
 
+def check_pairs(pairs, name="pairs"):
+    """`pairs` as a list of (source, target) string tuples, or DataError naming the first item that is not one."""
+    if isinstance(pairs, (str, bytes, dict)):
+        raise DataError(f"{name} must be a list of (source, target) string pairs, not a {type(pairs).__name__}.")
+    checked = []
+    for index, pair in enumerate(pairs):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):
+            raise DataError(f"{name}: item {index} is not a (source, target) pair of strings: {pair!r:.60}.")
+        checked.append(tuple(pair))
+    return checked
+
+
 def split_pairs(pairs, valid_fraction=0.02, test_fraction=0.02, salt="kformer"):
     """Splits pairs into train/valid/test by unique source sentence.
 

@@ -6,6 +6,7 @@ import time
 import keras
 import sacrebleu
 
+from kformer.data import DataError, check_pairs
 from kformer.model_dir import TrainedModel, write_atomically, write_json
 from kformer.translator import Translator
 
@@ -30,6 +31,9 @@ def evaluate(trained, pairs, batch_size=64, lowercase=False):
     Returns:
         {"bleu", "chrf", "exact_match" (percent), "n", "seconds"}.
     """
+    pairs = check_pairs(pairs)
+    if not pairs:
+        raise DataError("pairs is empty: give at least one (source, reference) pair to evaluate on.")
     started = time.perf_counter()
     hypotheses = Translator(trained).translate([s for s, _ in pairs], batch_size=batch_size)
     result = score(hypotheses, [t for _, t in pairs], lowercase=lowercase)

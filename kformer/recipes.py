@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from kformer import plots
 from kformer.choices import SCHEDULES, STRATEGIES
-from kformer.data import DataError, batches_per_epoch, make_dataset
+from kformer.data import DataError, batches_per_epoch, check_pairs, make_dataset
 from kformer.evaluation import BestTranslations
 from kformer.model import build_decoder_only, build_transformer
 from kformer.model_dir import (
@@ -406,9 +406,12 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
         The `TrainedModel`, also saved under `out`.
     """
     config = config or TrainingConfig()
+    if not isinstance(splits, dict) or "train" not in splits:
+        raise DataError('splits must be a dict {"train": pairs, "valid": pairs (optional)}, as split_pairs returns.')
+    train_pairs = check_pairs(splits["train"], "splits['train']")
+    valid_pairs = check_pairs(splits.get("valid") or [], "splits['valid']")
     out = Path(out)
     prepare_output(out, overwrite)
-    train_pairs, valid_pairs = splits["train"], splits.get("valid") or []
     if not train_pairs:
         raise DataError("the training split is empty; give more sentence pairs.")
     base, config = _starting_point(config, out)

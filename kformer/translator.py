@@ -5,6 +5,8 @@ inside the graph, so the same object serves Python callers, a SavedModel for
 TF Serving, and (through `translate_ids`) runtimes without string ops.
 """
 
+import math
+import numbers
 from pathlib import Path
 
 import tensorflow as tf
@@ -16,6 +18,10 @@ from kformer.text import utf8_batch
 EXTRA_OUTPUT_TOKENS = 50
 SOURCE_BUCKET = 8  # under XLA, sources are padded to a multiple of this many tokens
 XLA_BEAM_BATCH = 32  # beam search runs under XLA up to this many sentences a batch
+
+
+def _is_count(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
 
 
 def padded_tokens(token_ids):
@@ -62,15 +68,19 @@ class Translator(tf.Module):
             raise TypeError(f"Translator needs a model directory or a TrainedModel, got {type(trained).__name__}.")
         if trained.kind != "translator":
             raise ValueError(f"Translator needs a translator; this model is a {trained.kind} (use kformer.Generator).")
-        if not isinstance(beam_size, int) or beam_size < 1:
+        if not _is_count(beam_size):
             raise ValueError(f"beam_size must be a positive integer, got beam_size={beam_size!r}.")
+        if max_length is not None and not _is_count(max_length):
+            raise ValueError(f"max_length must be a positive integer or None (the model's), got {max_length!r}.")
+        if not (isinstance(length_penalty, numbers.Real) and math.isfinite(length_penalty)):
+            raise ValueError(f"length_penalty must be a finite number, got length_penalty={length_penalty!r}.")
         self.model = trained.model
         self.source_tokenizer = trained.source_tokenizer
         self.target_tokenizer = trained.target_tokenizer
         self.beam_size = beam_size
         self.length_penalty = float(length_penalty)
         self.use_cache = use_cache
-        self.max_length = int(max_length or trained.max_length)
+        self.max_length = int(trained.max_length if max_length is None else max_length)
         self.xla = bool(xla and use_cache)
         if self.xla:  # only then: tf.saved_model.save traces and keeps every tf.function a module holds
             self._decode_compiled = tf.function(
@@ -125,6 +135,8 @@ class Translator(tf.Module):
 
         Characters UTF-8 cannot encode (lone surrogates) are read as "?".
         """
+        if not _is_count(batch_size):
+            raise ValueError(f"batch_size must be a positive integer, got batch_size={batch_size!r}.")
         sentences = utf8_batch(sentences)
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
         translations = [""] * len(sentences)

@@ -67,6 +67,61 @@ def test_what_is_not_a_list_of_strings_is_one_clear_error(translator, texts, mes
         utf8_batch(texts)
 
 
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(beam_size=True), "beam_size must be a positive integer, got beam_size=True"),
+        (dict(max_length=0), r"max_length must be a positive integer or None \(the model's\), got 0"),
+        (dict(max_length=-3), "max_length must be a positive integer or None"),
+        (dict(length_penalty=float("nan")), "length_penalty must be a finite number"),
+    ],
+)
+def test_translator_settings_out_of_range_are_refused_when_made(trained, settings, message):
+    with pytest.raises(ValueError, match=message):
+        Translator(trained, **settings)
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5])
+def test_a_batch_size_that_is_not_a_count_is_refused(translator, batch_size):
+    with pytest.raises(ValueError, match=f"batch_size must be a positive integer, got batch_size={batch_size}"):
+        translator.translate(["a b"], batch_size=batch_size)
+
+
+@pytest.mark.parametrize(
+    "pairs, message",
+    [
+        ([], "pairs is empty: give at least one"),
+        ([("a b", "b a"), ("a",)], r"pairs: item 1 is not a \(source, target\) pair of strings: \('a',\)"),
+        ([(1, 2)], "item 0 is not a"),
+        ("a b\tb a", "pairs must be a list of .* not a str"),
+    ],
+)
+def test_evaluate_names_what_is_wrong_with_its_pairs(trained, pairs, message):
+    from kformer import evaluate
+    from kformer.data import DataError
+
+    with pytest.raises(DataError, match=message):
+        evaluate(trained, pairs)
+
+
+@pytest.mark.parametrize(
+    "splits, message",
+    [
+        ([("a b", "b a")], r"splits must be a dict \{\"train\": pairs"),
+        ({"valid": [("a b", "b a")]}, "splits must be a dict"),
+        ({"train": [("a b", None)]}, r"splits\['train'\]: item 0 is not a \(source, target\) pair"),
+        ({"train": [("a b", "b a")], "valid": ["a b"]}, r"splits\['valid'\]: item 0 is not"),
+    ],
+)
+def test_train_translator_names_what_is_wrong_with_its_splits_before_writing(tmp_path, splits, message):
+    from kformer import TrainingConfig, train_translator
+    from kformer.data import DataError
+
+    with pytest.raises(DataError, match=message):
+        train_translator(splits, tmp_path / "out", TrainingConfig(epochs=1), verbose=0)
+    assert not (tmp_path / "out").exists()
+
+
 def run_translate(model_dir, stdin_bytes, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin_bytes)))
     code = main(["translate", "--model", str(model_dir)])
