@@ -40,8 +40,11 @@ TRAIN_A_FEW_STEPS = """
     if {loop}:  # Keras 3.15's fit cannot run multi-worker training; kformer's loop does
         from kformer.training import fit_across_workers
         budget = None
-        if {budget}:  # seconds; each worker's clock starts 1.5 s after the one before
-            time.sleep(1.5 * task)
+        if {budget}:  # seconds of a fake clock, 0.1 s a reading on worker 0 and 0.13 s on worker 1, so the
+            import itertools, types  # workers' own clocks disagree by a known amount however loaded the machine
+            import kformer.training
+            ticks, pace = itertools.count(), 0.1 + 0.03 * task
+            kformer.training.time = types.SimpleNamespace(perf_counter=lambda: pace * next(ticks))
             budget = TimeBudget({budget} / 60, schedule=schedule)
         losses = fit_across_workers(model, data.repeat(), {steps}, strategy, budget, log_every=4, verbose=0)["loss"]
     else:
@@ -131,10 +134,12 @@ def test_two_local_workers_train_together(tmp_path):
 
 
 def test_two_local_workers_under_a_time_budget_stop_at_one_step_with_the_schedule_ended(tmp_path):
-    """Their clocks start 1.5 s apart. A worker that stopped alone would leave the other waiting on an
-    all-reduce, and schedules ended at different steps would give the two different weights."""
+    """Their clocks disagree: a fake clock, read once a step, 0.10 s a reading on worker 0 and 0.13 s on
+    worker 1. Alone, worker 1 would stop at step 116 and worker 0 at 150, leaving worker 0 waiting on an
+    all-reduce; schedules ended at different steps would give the two different weights."""
     results = run_two_workers(tmp_path, training_code("multiworker", loop=True, steps=100_000, budget=15))
-    assert results[0]["steps"] == results[1]["steps"] > 10
+    # Together they stop at the first step whose mean reading (0.115 s a step) reaches 15 s.
+    assert results[0]["steps"] == results[1]["steps"] == 131
     assert results[0]["end_rate"] == results[1]["end_rate"] < 0.1  # down near zero at the budget's end, not at 1e9
     first, second = (np.load(tmp_path / f"weights-multiworker-{task}.npy") for task in (0, 1))
     np.testing.assert_array_equal(first, second)
