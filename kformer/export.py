@@ -250,9 +250,6 @@ def _write_onnx(job):
 
 
 def _write_ctranslate2(job):
-    if job.trained.kind != "translator":
-        job.say("Skipping CTranslate2: it is exported for translators only.")
-        return
     from kformer.ctranslate2_spec import write_ctranslate2
 
     for quantize in (None, *job.quantize):
@@ -327,6 +324,25 @@ def export(
     formats, quantize = tuple(formats), tuple(quantize)
     _check_request(formats, quantize, out)
     trained = model if isinstance(model, TrainedModel) else load(model)
+    skipped = {}
+    if trained.kind != "translator":
+        if beam_size != 1:
+            raise ExportError(
+                f"beam search is for translators; a {trained.kind} exports greedy generation (--max-tokens)."
+            )
+        if "ctranslate2" in formats:
+            skipped["ctranslate2"] = "exported for translators only"
+            formats = tuple(f for f in formats if f != "ctranslate2")
+            if not formats:
+                raise ExportError(
+                    f"CTranslate2 is exported for translators only; export a {trained.kind} as saved_model, "
+                    "tflite or onnx."
+                )
+            if quantize and "tflite" not in formats:
+                raise ExportError(
+                    f"--quantize applies to TFLite here (a {trained.kind} has no CTranslate2 export); "
+                    "add tflite to --formats."
+                )
     if trained.kind == "translator":
         endpoints = _Endpoints(Translator(trained, beam_size=beam_size, xla=xla))
         converted = _Endpoints(Translator(trained, beam_size=beam_size, xla=False)) if xla else endpoints
@@ -334,7 +350,10 @@ def export(
         endpoints = converted = _GeneratorEndpoints(Generator(trained, max_new_tokens=max_new_tokens))
     for leftover in out.resolve().parent.glob(f".{glob.escape(out.name)}.partial-*"):  # what a killed export left
         shutil.rmtree(leftover, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(dir=out.resolve().parent, prefix=f".{out.name}.partial-"))
+    try:
+        staging = Path(tempfile.mkdtemp(dir=out.resolve().parent, prefix=f".{out.name}.partial-"))
+    except OSError as error:
+        raise ExportError(f"{out}: cannot write there ({error.strerror}); choose another --out.") from None
     os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 would hide the export from a serving account
 
     def say(message):
@@ -346,12 +365,15 @@ def export(
             trained.source_tokenizer.save(staging / "source_vocab.txt")
         trained.target_tokenizer.save(staging / "target_vocab.txt")
         job = _Job(trained, staging, endpoints, converted, quantize, name, version, say)
+        for format_name, reason in skipped.items():
+            say(f"Skipping {format_name}: {reason}.")
         for format_name in formats:
             WRITERS[format_name](job)
         job.finish()
         manifest = {
             "kind": trained.kind,
             "formats": list(formats),
+            **({"skipped": skipped} if skipped else {}),
             "quantize": list(quantize),
             "name": name,
             "version": version,

@@ -221,6 +221,21 @@ def test_a_failed_export_leaves_nothing_that_looks_complete(trained, tmp_path, m
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_staging_folder_that_cannot_be_made_is_named_by_the_out_the_user_gave(trained, tmp_path, monkeypatch):
+    import errno
+
+    import kformer.export
+
+    def full(**kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(kformer.export.tempfile, "mkdtemp", full)
+    out = tmp_path / "out"
+    with pytest.raises(ExportError) as error:
+        export(trained, out, formats=("saved_model",), verbose=False)
+    assert str(error.value) == f"{out}: cannot write there (No space left on device); choose another --out."
+
+
 def test_an_export_killed_halfway_leaves_a_staging_folder_that_the_next_export_clears(trained, tmp_path, monkeypatch):
     import kformer.export
 

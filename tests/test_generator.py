@@ -145,6 +145,22 @@ def test_translator_commands_on_a_language_model_are_one_usage_error(alphabet_lm
     assert not (tmp_path / "never.png").exists()
 
 
+@pytest.mark.parametrize(
+    "request_, message",
+    [
+        (dict(formats=("ctranslate2",)), "CTranslate2 is exported for translators only; export a language_model as"),
+        (dict(formats=("onnx", "ctranslate2"), quantize=("int8",)), "--quantize applies to TFLite here"),
+        (dict(formats=("tflite",), beam_size=4), "beam search is for translators; a language_model exports greedy"),
+    ],
+)
+def test_an_export_a_language_model_cannot_have_is_refused_before_writing(alphabet_lm, tmp_path, request_, message):
+    from kformer.export import ExportError, export
+
+    with pytest.raises(ExportError, match=message):
+        export(alphabet_lm, tmp_path / "deploy", verbose=False, **request_)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_attention_maps_of_a_language_model_are_refused_by_name(random_lm):
     from kformer.plots import attention_weights
 
@@ -187,6 +203,10 @@ def test_export_of_a_language_model_runs_the_same_in_every_runtime(alphabet_lm, 
     manifest = export(alphabet_lm, out, max_new_tokens=8, verbose=False)
     assert manifest["kind"] == "language_model"
     assert {"tflite/generate_ids.tflite", "onnx/generate_ids.onnx", "saved_model/"} <= set(manifest["files"])
+    # The default formats include CTranslate2, which has no decoder-only export here: said, not listed as written.
+    assert manifest["formats"] == ["saved_model", "tflite", "onnx"]
+    assert manifest["skipped"] == {"ctranslate2": "exported for translators only"}
+    assert not any(name.startswith("ctranslate2") for name in manifest["files"])
     trained = kformer.load(alphabet_lm)
     generator = Generator(trained, max_new_tokens=8)
     prompts = trained.target_tokenizer.tokenize(PROMPTS).to_tensor()  # right-padded with 0
