@@ -9,6 +9,8 @@ from kformer import (
     MultiHeadSelfAttention,
     PositionalEmbedding,
     TransformerBlock,
+    make_causal_mask,
+    scaled_dot_product_attention,
     sinusoidal_encoding,
 )
 
@@ -53,6 +55,19 @@ def test_head_dim_allows_any_width():
         (
             lambda: TransformerBlock(8, 2, 16)(np.zeros((1, 4, 8), "float32"), context=np.zeros((1, 4, 8), "float32")),
             "pass `context` exactly when cross_attention=True",
+        ),
+        (  # one context for two sentences would be broadcast silently; three for two failed inside a matmul
+            lambda: CrossAttention(2, 8)(np.zeros((2, 4, 8), "float32"), np.zeros((1, 3, 8), "float32")),
+            "x holds 2 sequences but context 1; each sequence attends to its own context",
+        ),
+        (lambda: make_causal_mask(-1), "length must be 0 or more, got length=-1"),
+        (
+            lambda: scaled_dot_product_attention(np.zeros((1, 4, 8)), np.zeros((1, 3, 6)), np.zeros((1, 3, 8))),
+            r"query and key must have the same last dimension \(d_k\), got shapes \(1, 4, 8\) and \(1, 3, 6\)",
+        ),
+        (
+            lambda: scaled_dot_product_attention(np.zeros((1, 4, 8)), np.zeros((1, 3, 8)), np.zeros((1, 5, 8))),
+            r"key and value must hold the same number of positions \(S\)",
         ),
     ],
 )

@@ -34,6 +34,8 @@ def make_causal_mask(length):
     Returns:
         bool tensor `(1, T, T)`.
     """
+    if isinstance(length, int) and length < 0:
+        raise ValueError(f"length must be 0 or more, got length={length}.")
     positions = ops.arange(length)
     query_positions = ops.expand_dims(positions, 1)  # (T, 1)
     key_positions = ops.expand_dims(positions, 0)  # (1, T)
@@ -71,6 +73,10 @@ def attention_scores(query, key, scale=None):
     d_k = ops.shape(query)[-1]
     if not isinstance(d_k, int):
         raise ValueError(f"attention needs a static last dimension for `query`, got shape {query.shape}.")
+    if key.shape[-1] is not None and key.shape[-1] != d_k:
+        raise ValueError(
+            f"query and key must have the same last dimension (d_k), got shapes {query.shape} and {key.shape}."
+        )
     scores = ops.cast(ops.matmul(query, ops.swapaxes(key, -1, -2)), "float32")  # (..., T, S)
     return scores / math.sqrt(d_k) if scale is None else scores * scale
 
@@ -99,6 +105,10 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, sca
         weights `(..., T, S)` in float32, each unmasked row summing to 1.
     """
     scores = attention_scores(query, key, scale)  # (..., T, S)
+    if None not in (key.shape[-2], value.shape[-2]) and key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key and value must hold the same number of positions (S), got shapes {key.shape} and {value.shape}."
+        )
     if mask is not None:
         mask = ops.cast(mask, "bool")
         scores = ops.where(mask, scores, _MASKED_SCORE)

@@ -105,6 +105,12 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         With `self_attention=True`, `context` is `x` (and while training Q, K and V come from one matmul).
         """
         check_float("x", x)
+        batch, context_batch = x.shape[0], context.shape[0]
+        if batch is not None and context_batch is not None and batch != context_batch:
+            raise ValueError(
+                f"{self.name}: x holds {batch} sequences but context {context_batch}; each sequence attends "
+                "to its own context, so give them the same batch size."
+            )
         fused = bool(training)
         if self_attention:
             query, key, value = self._project(x, "query", "key", "value", fused=fused)
