@@ -171,13 +171,16 @@ def _compile(model, config, schedule):
     )
 
 
-def _vocabulary(path, sentences, size, verbose):
-    """Loads the vocabulary an interrupted run left in the output directory, or learns and writes it."""
+def _vocabulary(path, sentences, size, verbose, what):
+    """Loads the vocabulary an interrupted run left in the output directory, or learns and writes it from `what`."""
     if path.is_file():
         return Tokenizer.load(path)
     if verbose:
         print(f"Learning a {size}-token WordPiece vocabulary from {len(sentences):,} sentences ...", flush=True)
-    tokenizer = Tokenizer(build_vocabulary(sentences, size))
+    try:
+        tokenizer = Tokenizer(build_vocabulary(sentences, size))
+    except ValueError as error:  # nothing but blank sentences
+        raise DataError(f"{what} holds {error}") from None
     write_atomically(path, tokenizer.save)
     return tokenizer
 
@@ -185,10 +188,13 @@ def _vocabulary(path, sentences, size, verbose):
 def _vocabularies(out, pairs, config, verbose):
     """The source and target tokenizers; with `shared_vocab`, one learned from both sides, written under both names."""
     if not config.shared_vocab:
-        source = _vocabulary(out / SOURCE_VOCAB_FILE, [s for s, _ in pairs], config.source_vocab_size, verbose)
-        return source, _vocabulary(out / TARGET_VOCAB_FILE, [t for _, t in pairs], config.target_vocab_size, verbose)
+        sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+        source = _vocabulary(out / SOURCE_VOCAB_FILE, sources, config.source_vocab_size, verbose, "the source side")
+        return source, _vocabulary(
+            out / TARGET_VOCAB_FILE, targets, config.target_vocab_size, verbose, "the target side"
+        )
     both_sides = [s for s, _ in pairs] + [t for _, t in pairs]
-    shared = _vocabulary(out / SOURCE_VOCAB_FILE, both_sides, config.target_vocab_size, verbose)
+    shared = _vocabulary(out / SOURCE_VOCAB_FILE, both_sides, config.target_vocab_size, verbose, "the training pairs")
     if not (out / TARGET_VOCAB_FILE).is_file():
         write_atomically(out / TARGET_VOCAB_FILE, shared.save)
     return shared, shared
@@ -475,7 +481,7 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
     if not lines:
         raise DataError("no text to train on; give at least one line.")
     with _training_setup(config) as (strategy, _):
-        tokenizer = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose)
+        tokenizer = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose, "the training text")
         # A language model is a translator from nothing: reuse the pair pipeline
         # with an empty source and keep only the decoder side.
         pairs = [("", line) for line in lines]

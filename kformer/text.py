@@ -47,8 +47,16 @@ def build_vocabulary(sentences, vocab_size, batch_size=1024):
 
     Returns:
         A list of token strings; index = token id.
+
+    Raises:
+        ValueError: there is not one word among the sentences.
     """
-    sentences = tf.data.Dataset.from_tensor_slices(list(sentences)).batch(batch_size).map(normalize)
+    sentences = [text.decode("utf-8") for text in utf8_batch(sentences)]  # a list of strings, or TypeError
+    if not sentences:
+        raise ValueError("no sentences to learn a vocabulary from.")
+    if not any(text.strip() for text in sentences):
+        raise ValueError(f"no words to learn a vocabulary from: {len(sentences):,} sentences, all empty or blank.")
+    sentences = tf.data.Dataset.from_tensor_slices(sentences).batch(batch_size).map(normalize)
     return bert_vocab_from_dataset.bert_vocab_from_dataset(
         sentences,
         vocab_size=vocab_size,

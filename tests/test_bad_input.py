@@ -122,6 +122,16 @@ def test_train_translator_names_what_is_wrong_with_its_splits_before_writing(tmp
     assert not (tmp_path / "out").exists()
 
 
+def test_a_side_with_no_words_is_named_not_left_to_the_wordpiece_learner(tmp_path):
+    from kformer import TrainingConfig, train_translator
+    from kformer.data import DataError
+
+    splits = {"train": [("a b", " "), ("b c", "")]}
+    with pytest.raises(DataError, match="^the target side holds no words to learn a vocabulary from: 2 sentences"):
+        train_translator(splits, tmp_path / "out", TrainingConfig(epochs=1), verbose=0)
+    assert not (tmp_path / "out" / "config.json").exists()  # nothing that looks like a finished model
+
+
 def run_translate(model_dir, stdin_bytes, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin_bytes)))
     code = main(["translate", "--model", str(model_dir)])

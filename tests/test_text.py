@@ -68,3 +68,17 @@ def test_save_and_load_round_trip(tokenizer, tmp_path):
 def test_vocabulary_without_reserved_tokens_is_rejected():
     with pytest.raises(ValueError, match=r"must start with \['\[PAD\]'"):
         Tokenizer(["el", "gato"])
+
+
+@pytest.mark.parametrize(
+    "sentences, error, message",
+    [
+        ([], ValueError, "no sentences to learn a vocabulary from"),
+        (["", "  ", "\t"], ValueError, "no words to learn a vocabulary from: 3 sentences, all empty or blank"),
+        ("el gato", TypeError, "give a list of strings, not one string"),
+        (["el gato", 7], TypeError, "item 1 is a int"),
+    ],
+)
+def test_a_vocabulary_needs_words_and_says_so(sentences, error, message):
+    with pytest.raises(error, match=message):
+        build_vocabulary(sentences, 100)
