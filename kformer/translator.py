@@ -12,16 +12,13 @@ from pathlib import Path
 import tensorflow as tf
 
 from kformer.decoding import decode
+from kformer.layers.validation import check_positive_int
 from kformer.model_dir import TrainedModel, load
 from kformer.text import utf8_batch
 
 EXTRA_OUTPUT_TOKENS = 50
 SOURCE_BUCKET = 8  # under XLA, sources are padded to a multiple of this many tokens
 XLA_BEAM_BATCH = 32  # beam search runs under XLA up to this many sentences a batch
-
-
-def _is_count(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
 
 
 def padded_tokens(token_ids):
@@ -68,10 +65,9 @@ class Translator(tf.Module):
             raise TypeError(f"Translator needs a model directory or a TrainedModel, got {type(trained).__name__}.")
         if trained.kind != "translator":
             raise ValueError(f"Translator needs a translator; this model is a {trained.kind} (use kformer.Generator).")
-        if not _is_count(beam_size):
-            raise ValueError(f"beam_size must be a positive integer, got beam_size={beam_size!r}.")
-        if max_length is not None and not _is_count(max_length):
-            raise ValueError(f"max_length must be a positive integer or None (the model's), got {max_length!r}.")
+        check_positive_int("beam_size", beam_size)
+        if max_length is not None:  # None: the model's
+            check_positive_int("max_length", max_length)
         if not (isinstance(length_penalty, numbers.Real) and math.isfinite(length_penalty)):
             raise ValueError(f"length_penalty must be a finite number, got length_penalty={length_penalty!r}.")
         self.model = trained.model
@@ -135,8 +131,7 @@ class Translator(tf.Module):
 
         Characters UTF-8 cannot encode (lone surrogates) are read as "?".
         """
-        if not _is_count(batch_size):
-            raise ValueError(f"batch_size must be a positive integer, got batch_size={batch_size!r}.")
+        check_positive_int("batch_size", batch_size)
         sentences = utf8_batch(sentences)
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
         translations = [""] * len(sentences)

@@ -71,8 +71,8 @@ def test_what_is_not_a_list_of_strings_is_one_clear_error(translator, texts, mes
     "settings, message",
     [
         (dict(beam_size=True), "beam_size must be a positive integer, got beam_size=True"),
-        (dict(max_length=0), r"max_length must be a positive integer or None \(the model's\), got 0"),
-        (dict(max_length=-3), "max_length must be a positive integer or None"),
+        (dict(max_length=0), "max_length must be a positive integer, got max_length=0"),
+        (dict(max_length=-3), "max_length must be a positive integer, got max_length=-3"),
         (dict(length_penalty=float("nan")), "length_penalty must be a finite number"),
     ],
 )
