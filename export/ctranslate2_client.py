@@ -13,14 +13,13 @@ beam outputs can differ.
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import ctranslate2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import WordPiece  # noqa: E402
+from wordpiece import ExportFolderError, WordPiece, read_manifest  # noqa: E402
 
 EXTRA_OUTPUT_TOKENS = 50  # as kformer.translator
 
@@ -30,7 +29,7 @@ class Client:
 
     def __init__(self, export_dir, model="ctranslate2", threads=0):
         export_dir = Path(export_dir)
-        self.max_length = json.loads((export_dir / "manifest.json").read_text())["max_length"]
+        self.max_length = read_manifest(export_dir, f"{model}/model.bin")["max_length"]
         self.source = WordPiece(export_dir / "source_vocab.txt")
         self.target = WordPiece(export_dir / "target_vocab.txt")
         self.translator = ctranslate2.Translator(str(export_dir / model), device="cpu", intra_threads=threads)
@@ -59,7 +58,10 @@ def main():
     parser.add_argument("--model", default="ctranslate2", help="a CTranslate2 model folder in EXPORT_DIR")
     parser.add_argument("--beam", type=int, default=1)
     args = parser.parse_args()
-    print("\n".join(translate(args.export_dir, args.sentences, args.model, args.beam)))
+    try:
+        print("\n".join(translate(args.export_dir, args.sentences, args.model, args.beam)))
+    except ExportFolderError as error:
+        sys.exit(f"{parser.prog}: error: {error}")
 
 
 if __name__ == "__main__":

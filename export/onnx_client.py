@@ -7,7 +7,6 @@ the export's vocabulary files; the decoding loop runs inside the ONNX graph.
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -15,14 +14,14 @@ import numpy as np
 import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import WordPiece, pad_batch  # noqa: E402
+from wordpiece import ExportFolderError, WordPiece, pad_batch, read_manifest  # noqa: E402
 
 
 def translate(export_dir, sentences):
     if not sentences:
         return []
     export_dir = Path(export_dir)
-    max_length = json.loads((export_dir / "manifest.json").read_text())["max_length"]
+    max_length = read_manifest(export_dir, "onnx/translate_ids.onnx")["max_length"]
     source = WordPiece(export_dir / "source_vocab.txt")
     target = WordPiece(export_dir / "target_vocab.txt")
     tokens = np.array(pad_batch([source.tokenize(s) for s in sentences], max_length), dtype=np.int32)
@@ -36,7 +35,10 @@ def main():
     parser.add_argument("export_dir")
     parser.add_argument("sentences", nargs="+")
     args = parser.parse_args()
-    print("\n".join(translate(args.export_dir, args.sentences)))
+    try:
+        print("\n".join(translate(args.export_dir, args.sentences)))
+    except ExportFolderError as error:
+        sys.exit(f"{parser.prog}: error: {error}")
 
 
 if __name__ == "__main__":

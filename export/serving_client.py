@@ -10,8 +10,12 @@ Locally it needs only tensorflow and tensorflow_text (for the tokenizer ops).
 
 import argparse
 import json
+import sys
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wordpiece import ExportFolderError, read_manifest  # noqa: E402
 
 
 def predict_over_http(url, name, request):
@@ -37,7 +41,10 @@ def main():
     parser.add_argument("--url", help="TF Serving's REST address, e.g. http://localhost:8501")
     args = parser.parse_args()
     serving = Path(args.export_dir) / "serving"
-    name = json.loads((Path(args.export_dir) / "manifest.json").read_text())["name"]
+    try:
+        name = read_manifest(args.export_dir, "serving/request.json", "saved_model")["name"]
+    except ExportFolderError as error:
+        sys.exit(f"{parser.prog}: error: {error}")
     request = json.loads((serving / "request.json").read_text(encoding="utf-8"))
     expected = json.loads((serving / "response.json").read_text(encoding="utf-8"))
     if args.url:

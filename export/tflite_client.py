@@ -11,7 +11,6 @@ kernels, and applies the spacing rules to its output.
 """
 
 import argparse
-import json
 import sys
 import unicodedata
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import WordPiece, pad_batch  # noqa: E402
+from wordpiece import ExportFolderError, WordPiece, pad_batch, read_manifest  # noqa: E402
 
 
 def run_signature(interpreter, **inputs):
@@ -32,7 +31,7 @@ def translate_ids(export_dir, sentences, model="translate_ids.tflite"):
     if not sentences:
         return []
     export_dir = Path(export_dir)
-    max_length = json.loads((export_dir / "manifest.json").read_text())["max_length"]
+    max_length = read_manifest(export_dir, f"tflite/{model}")["max_length"]
     source = WordPiece(export_dir / "source_vocab.txt")
     target = WordPiece(export_dir / "target_vocab.txt")
     tokens = np.array(pad_batch([source.tokenize(s) for s in sentences], max_length), dtype=np.int32)
@@ -44,6 +43,7 @@ def translate_strings(export_dir, sentences):
     import tensorflow_text  # provides the tokenizer kernels (tensorflow_text.tflite_registrar)
     from ai_edge_litert.interpreter import InterpreterWithCustomOps
 
+    read_manifest(export_dir, "tflite/translate.tflite")
     interpreter = InterpreterWithCustomOps(
         custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS,
         model_path=str(Path(export_dir) / "tflite" / "translate.tflite"),
@@ -61,10 +61,13 @@ def main():
     parser.add_argument("--model", default="translate_ids.tflite", help="a token-id model in EXPORT_DIR/tflite")
     parser.add_argument("--strings", action="store_true", help="run translate.tflite (strings in and out)")
     args = parser.parse_args()
-    if args.strings:
-        translations = translate_strings(args.export_dir, args.sentences)
-    else:
-        translations = translate_ids(args.export_dir, args.sentences, args.model)
+    try:
+        if args.strings:
+            translations = translate_strings(args.export_dir, args.sentences)
+        else:
+            translations = translate_ids(args.export_dir, args.sentences, args.model)
+    except ExportFolderError as error:
+        sys.exit(f"{parser.prog}: error: {error}")
     print("\n".join(translations))
 
 

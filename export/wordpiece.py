@@ -60,6 +60,33 @@ def split_words(text):
     return words
 
 
+class ExportFolderError(Exception):
+    """An export folder that lacks what a client needs; `main` prints it as one line."""
+
+
+def read_manifest(export_dir, *needs):
+    """The manifest.json of a translator's `kformer export` folder, once the files in `needs` are known to be there.
+
+    Raises:
+        ExportFolderError: no manifest (not an export folder), a language model's export, or a file missing.
+    """
+    export_dir = Path(export_dir)
+    if not (export_dir / "manifest.json").is_file():
+        raise ExportFolderError(
+            f"{export_dir}: not an export folder (no manifest.json); write one with `kformer export`."
+        )
+    manifest = json.loads((export_dir / "manifest.json").read_text(encoding="utf-8"))
+    if manifest.get("kind", "translator") != "translator":
+        raise ExportFolderError(f"{export_dir}: holds a {manifest['kind']}'s export; this client translates.")
+    for need in ("source_vocab.txt", "target_vocab.txt", *needs):
+        if not (export_dir / need).exists():
+            raise ExportFolderError(
+                f"{export_dir / need}: missing; this export has {', '.join(manifest['formats'])} "
+                f"(quantized: {', '.join(manifest['quantize']) or 'none'}): export again with what this client runs."
+            )
+    return manifest
+
+
 class WordPiece:
     """Text <-> ids with an export's vocabulary file (one token a line; line n is id n).
 

@@ -176,6 +176,39 @@ def test_deployment_clients_translate_like_keras(trained, exported, client, extr
     assert result.stdout.splitlines() == expected
 
 
+def test_a_client_given_the_wrong_folder_says_what_is_missing(exported, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "export"))
+    import ctranslate2_client
+    import onnx_client
+    import tflite_client
+    from wordpiece import ExportFolderError
+
+    out, _ = exported
+    with pytest.raises(ExportFolderError, match=f"^{tmp_path}: not an export folder \\(no manifest.json\\)"):
+        tflite_client.translate_ids(tmp_path, ["a b"])
+    with pytest.raises(ExportFolderError, match=r"tflite/missing.tflite: missing; this export has saved_model, "):
+        tflite_client.translate_ids(out, ["a b"], model="missing.tflite")
+    with pytest.raises(ExportFolderError, match=r"nowhere/model.bin: missing; .*\(quantized: float16, int8\)"):
+        ctranslate2_client.translate(out, ["a b"], model="nowhere")
+    (tmp_path / "manifest.json").write_text(json.dumps({"kind": "language_model"}))
+    with pytest.raises(ExportFolderError, match="holds a language_model's export; this client translates"):
+        onnx_client.translate(tmp_path, ["a b"])
+
+    # From the command line: one line on stderr, exit status 1, no traceback.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for client in ("tflite_client.py", "onnx_client.py", "ctranslate2_client.py", "serving_client.py"):
+        argv = [sys.executable, str(REPO / "export" / client), str(empty)] + (
+            ["a b"] if client != "serving_client.py" else []
+        )
+        result = subprocess.run(argv, capture_output=True, text=True)
+        lines = [line for line in result.stderr.splitlines() if "error" in line or "Traceback" in line]
+        assert (result.returncode, lines) == (
+            1,
+            [f"{client}: error: {empty}: not an export folder (no manifest.json); write one with `kformer export`."],
+        )
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
