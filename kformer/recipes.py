@@ -153,8 +153,6 @@ def _schedule(config, steps_per_epoch):
     """
     if config.schedule == "noam":
         return TransformerSchedule(config.d_model, config.warmup_steps, config.learning_rate_scale)
-    if config.schedule != "budget":
-        raise ValueError(f"unknown schedule {config.schedule!r}; choose one of {', '.join(SCHEDULES)}.")
     total_steps = steps_per_epoch * _epochs(config) if config.epochs or not config.minutes else 1e9
     return BudgetSchedule(config.d_model, total_steps, config.warmup_steps, config.learning_rate_scale)
 
