@@ -296,9 +296,19 @@ def _add_training_flags(parser):
     group.add_argument("--seed", type=int)
     group.add_argument("--strategy", choices=STRATEGIES)
     group.add_argument(
-        "--mixed-precision", dest="mixed_precision", action="store_const", const=True, help="float16/bfloat16 compute"
+        "--mixed-precision",
+        dest="mixed_precision",
+        action="store_const",
+        const=True,
+        help="float16 (GPU) or bfloat16 (CPU, TPU) compute",
     )
-    group.add_argument("--no-xla", dest="jit_compile", action="store_const", const=False, help="do not jit_compile")
+    group.add_argument(
+        "--no-xla",
+        dest="jit_compile",
+        action="store_const",
+        const=False,
+        help="train without XLA (the default under --mixed-precision on a CPU, where it is faster)",
+    )
 
 
 def build_parser():

@@ -105,7 +105,7 @@ class TrainingConfig:
     patience: int = 5
     backup_steps: int = 500
     seed: int = 0
-    jit_compile: bool = True
+    jit_compile: bool | None = None
     strategy: str = "default"
     mixed_precision: bool = False
     init_from: str | None = None
@@ -157,12 +157,24 @@ def _schedule(config, steps_per_epoch):
     return BudgetSchedule(config.d_model, total_steps, config.warmup_steps, config.learning_rate_scale)
 
 
+def uses_xla(config):
+    """Whether the job compiles its training step with XLA.
+
+    `config.jit_compile`, or when that is None: yes, except for bfloat16 on a
+    CPU, where TensorFlow's own kernels train faster than XLA's
+    (bench/RESULTS.md). Call it where the job's precision policy is in force.
+    """
+    if config.jit_compile is not None:
+        return config.jit_compile
+    return config.strategy == "tpu" or keras.mixed_precision.global_policy().compute_dtype != "bfloat16"
+
+
 def _compile(model, config, schedule):
     compile_for_training(
         model,
         config.d_model,
         config.label_smoothing,
-        jit_compile=config.jit_compile,
+        jit_compile=uses_xla(config),
         clipnorm=config.clipnorm,
         schedule=schedule,
         ema=config.ema,
@@ -437,7 +449,8 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
             start = f"from {config.init_from}, " if base else ""
             print(
                 f"Training a {model.count_params():,}-parameter Transformer {start}on {len(train_pairs):,} pairs "
-                f"({steps_per_epoch} steps an epoch, {policy}, strategy {config.strategy}) ...",
+                f"({steps_per_epoch} steps an epoch, {policy}{'' if uses_xla(config) else ' without XLA'}, "
+                f"strategy {config.strategy}) ...",
                 flush=True,
             )
         _, summary = _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper)

@@ -269,6 +269,27 @@ def test_a_config_out_of_range_is_refused_when_made_naming_the_setting():
     TrainingConfig(dropout=0.0, label_smoothing=0.0, patience=0, epochs=1, ema=0.999, average=2, minutes=0.01)
 
 
+@pytest.mark.parametrize(
+    "policy, settings, xla",
+    [
+        ("float32", {}, True),
+        ("mixed_bfloat16", {}, False),  # bfloat16 on a CPU: faster without XLA (bench/RESULTS.md)
+        ("mixed_bfloat16", dict(jit_compile=True), True),  # what the caller asks for is kept
+        ("float32", dict(jit_compile=False), False),
+        ("mixed_bfloat16", dict(strategy="tpu"), True),  # a TPU runs everything under XLA
+    ],
+)
+def test_xla_unless_bfloat16_on_a_cpu_or_told(policy, settings, xla):
+    from kformer.recipes import uses_xla
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        assert uses_xla(TrainingConfig(**settings)) is xla
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
 def test_keras_ema_is_what_the_flag_turns_on():
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     compile_for_training(model, 2, ema=0.95)

@@ -57,7 +57,7 @@ def test_the_default_recipe_learns_the_builtin_corpus(clean_run):
     assert (
         [config[k] for k in ("label_smoothing", "dropout", "jit_compile", "batch_size")]
         == [defaults.label_smoothing, defaults.dropout, defaults.jit_compile, defaults.batch_size]
-        == [0.1, 0.1, True, 64]
+        == [0.1, 0.1, None, 64]  # jit_compile None: XLA, except for bfloat16 on a CPU
     )
     exact_match = float(re.search(r"test split: .* exact match ([\d.]+)%", printed).group(1))
     assert exact_match >= 95.0, printed  # 400 steps; unseen adjective-noun pairs in every test sentence
