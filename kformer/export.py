@@ -26,6 +26,7 @@ The TFLite and ONNX converters run in subprocesses (the TFLite converter leaks
 memory on every call). Each format is one writer function in `WRITERS`.
 """
 
+import dataclasses
 import glob
 import importlib.util
 import json
@@ -76,6 +77,38 @@ def _check_request(formats, quantize, out):
         raise ExportError(f"{parent}: cannot write there; choose another --out.")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out}: already exists and is not empty; remove it or choose another --out.")
+
+
+def _in_float32(trained):
+    """`trained`, or when it computes in 16 bits (`--mixed-precision`), its float32 twin with the same weights.
+
+    Mixed precision keeps the weights in float32 and computes in float16 or
+    bfloat16; TFLite cannot convert bfloat16 ops, and an export is float32
+    unless quantized (`quantize`). The twin is the model's own config with
+    every dtype policy made float32, built under the float32 policy.
+    """
+    if trained.model.compute_dtype == "float32":
+        return trained
+    config = _float32_policies(keras.saving.serialize_keras_object(trained.model))
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        twin = keras.saving.deserialize_keras_object(config)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    twin.set_weights(trained.model.get_weights())
+    return dataclasses.replace(trained, model=twin)
+
+
+def _float32_policies(node):
+    """A serialized Keras object with each DTypePolicy's name made "float32"."""
+    if isinstance(node, dict):
+        if node.get("class_name") == "DTypePolicy":
+            return {**node, "config": {**node["config"], "name": "float32"}}
+        return {key: _float32_policies(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_float32_policies(item) for item in node]
+    return node
 
 
 class _Endpoints(tf.Module):
@@ -317,13 +350,17 @@ def export(
             `--xla_cpu_compilation_enabled=true` (experimental; tensorflow/serving#1858),
             so it is not the default. TFLite and ONNX always convert the plain loop.
 
+    A model trained in mixed precision is exported in float32 (its weights
+    are float32 already): the artifacts translate as the model would with
+    float32 arithmetic.
+
     Returns:
         The manifest: what was written, with file sizes in bytes.
     """
     out = Path(out)
     formats, quantize = tuple(formats), tuple(quantize)
     _check_request(formats, quantize, out)
-    trained = model if isinstance(model, TrainedModel) else load(model)
+    trained = _in_float32(model if isinstance(model, TrainedModel) else load(model))
     skipped = {}
     if trained.kind != "translator":
         if beam_size != 1:

@@ -449,3 +449,30 @@ def test_an_xla_saved_model_runs_in_a_fresh_process_and_decodes_like_keras(train
     plain_graph = exported[0] / "saved_model" / "kformer" / "1" / "saved_model.pb"
     assert b"_XlaMustCompile" in graph.read_bytes() and b"_XlaMustCompile" not in plain_graph.read_bytes()
     assert_saved_model_runs_alone(out, reference)
+
+
+def test_a_mixed_precision_model_exports_in_float32(tmp_path):
+    """Its weights are float32 and its graph bfloat16, which TFLite cannot convert: the artifacts compute in float32."""
+    import keras
+    from ai_edge_litert.interpreter import Interpreter
+
+    from kformer import TrainedModel, build_transformer
+    from kformer.text import Tokenizer
+
+    keras.utils.set_random_seed(2)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        mixed = build_transformer(len(VOCAB), len(VOCAB), 32, 4, 2, 64, dropout=0.0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    float32 = build_transformer(len(VOCAB), len(VOCAB), 32, 4, 2, 64, dropout=0.0)
+    float32.set_weights(mixed.get_weights())
+    assert mixed.compute_dtype == "bfloat16"
+    trained = TrainedModel(mixed, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})
+    export(trained, tmp_path / "deploy", formats=("tflite",), verbose=False)
+    assert keras.mixed_precision.global_policy().name == "float32" and mixed.compute_dtype == "bfloat16"
+
+    tokens = np.array([[4, 5, 6, 0, 0], [15, 14, 13, 12, 11], [7, 8, 9, 10, 0], [5, 0, 0, 0, 0]], "int32")
+    expected = to_numpy(decode(float32, tokens, max_length=12))
+    runner = Interpreter(model_path=str(tmp_path / "deploy" / "tflite" / "translate_ids.tflite")).get_signature_runner()
+    np.testing.assert_array_equal(next(iter(runner(encoder_tokens=tokens).values())), expected)
