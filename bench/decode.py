@@ -23,7 +23,7 @@ import peer
 from keras import ops
 
 import kformer
-from kformer.text import RESERVED_TOKENS, Tokenizer
+from kformer.data.text import RESERVED_TOKENS, Tokenizer
 
 D, HEADS, LAYERS, D_FF, VOCAB, OUTPUT_TOKENS = 256, 8, 2, 1024, 8000, 40
 
@@ -108,8 +108,8 @@ def speed(rounds):
 
 
 def quality(model_dir, data):
-    from kformer.data import read_pairs, split_pairs
-    from kformer.evaluation import score
+    from kformer.data.pairs import read_pairs, split_pairs
+    from kformer.training.evaluation import score
 
     test = split_pairs(read_pairs(data))["test"]
     references = [t for _, t in test]

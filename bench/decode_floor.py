@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kformer  # noqa: E402
-from kformer.text import RESERVED_TOKENS, Tokenizer  # noqa: E402
+from kformer.data.text import RESERVED_TOKENS, Tokenizer  # noqa: E402
 
 D, HEADS, LAYERS, D_FF, VOCAB, STEPS = 256, 8, 2, 1024, 8000, 40
 MIB = 2**20

@@ -15,9 +15,10 @@ import tempfile
 import time
 
 from kformer.cli import DEMO_CONFIG
-from kformer.corpus import builtin_splits
-from kformer.evaluation import evaluate
-from kformer.recipes import TrainingConfig, train_translator
+from kformer.data.corpus import builtin_splits
+from kformer.training.config import TrainingConfig
+from kformer.training.evaluation import evaluate
+from kformer.training.jobs import train_translator
 
 
 def main():

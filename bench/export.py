@@ -25,9 +25,9 @@ import numpy as np
 import tensorflow as tf
 
 import kformer
-from kformer.evaluation import score
-from kformer.export import export
-from kformer.translator import EXTRA_OUTPUT_TOKENS
+from kformer.deploy.export import export
+from kformer.inference.translator import EXTRA_OUTPUT_TOKENS
+from kformer.training.evaluation import score
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
 import onnxruntime  # noqa: E402
@@ -36,8 +36,8 @@ from wordpiece import WordPiece, pad_batch  # noqa: E402
 
 
 def test_split(data):
-    from kformer.corpus import builtin_splits
-    from kformer.data import read_pairs, split_pairs
+    from kformer.data.corpus import builtin_splits
+    from kformer.data.pairs import read_pairs, split_pairs
 
     return builtin_splits()["test"] if data == "builtin" else split_pairs(read_pairs(data))["test"]
 

@@ -17,8 +17,8 @@ import numpy as np
 import tensorflow as tf
 
 import kformer
+from kformer.data.text import RESERVED_TOKENS, Tokenizer
 from kformer.model_dir import TrainedModel
-from kformer.text import RESERVED_TOKENS, Tokenizer
 
 D, HEADS, LAYERS, D_FF, VOCAB, PROMPT, NEW_TOKENS = 256, 8, 2, 1024, 8000, 8, 40
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import sacrebleu
 
 import kformer
-from kformer.data import read_pairs, split_pairs
-from kformer.recipes import TrainingConfig
+from kformer.data.pairs import read_pairs, split_pairs
+from kformer.training.config import TrainingConfig
 
 
 def scores(translator, pairs, beam=False):

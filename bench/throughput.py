@@ -25,7 +25,7 @@ import peer
 import tensorflow as tf
 
 import kformer
-from kformer.training import MaskedSparseCrossEntropy, TransformerSchedule
+from kformer.training.objectives import MaskedSparseCrossEntropy, TransformerSchedule
 
 D, HEADS, LAYERS, D_FF, VOCAB, BATCH, LENGTH = 256, 8, 2, 1024, 8000, 64, 40
 
@@ -65,8 +65,9 @@ def real_flops(batch):
 
 def real_batches(path, count):
     """`count` training batches of real pairs from each contender's own pipeline (vocabularies of ~8000)."""
-    from kformer.data import make_dataset, read_pairs, split_pairs
-    from kformer.text import Tokenizer, build_vocabulary
+    from kformer.data.pairs import read_pairs, split_pairs
+    from kformer.data.pipeline import make_dataset
+    from kformer.data.text import Tokenizer, build_vocabulary
 
     train = split_pairs(read_pairs(path))["train"]
     ours = [Tokenizer(build_vocabulary([pair[side] for pair in train], VOCAB)) for side in (0, 1)]

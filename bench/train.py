@@ -25,10 +25,12 @@ import peer
 import sacrebleu
 
 import kformer
-from kformer.data import make_dataset, read_pairs, split_pairs
-from kformer.evaluation import score
-from kformer.recipes import TrainingConfig
-from kformer.training import TimeBudget, TransformerSchedule
+from kformer.data.pairs import read_pairs, split_pairs
+from kformer.data.pipeline import make_dataset
+from kformer.training.callbacks import TimeBudget
+from kformer.training.config import TrainingConfig
+from kformer.training.evaluation import score
+from kformer.training.objectives import TransformerSchedule
 
 SIZE = dict(d_model=256, num_heads=8, num_layers=2, d_ff=1024)
 

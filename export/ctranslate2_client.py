@@ -21,7 +21,7 @@ import ctranslate2
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wordpiece import ExportFolderError, WordPiece, read_manifest  # noqa: E402
 
-EXTRA_OUTPUT_TOKENS = 50  # as kformer.translator
+EXTRA_OUTPUT_TOKENS = 50  # as kformer.inference.translator
 
 
 class Client:

@@ -4,16 +4,34 @@ Shapes are written with one alphabet throughout the package:
     B batch, S source length, T target length, D model width (d_model),
     H heads, K head width (head_dim), V vocabulary size.
 
-`import kformer` is cheap: it imports TensorFlow and Keras only when a name
-that needs them is first used (`kformer.Translator`, `kformer.layers`, ...),
-and it changes no global state besides defaulting KERAS_BACKEND to
-"tensorflow", the only backend kformer runs on. Import `kformer.layers` (or
-call `kformer.load`) before `keras.saving.load_model` on a file holding
-kformer layers, so that they are registered.
+The package, lowest first (nothing imports a package above it):
+    layers/     the seed's pieces, one layer per file; the attention core and masks
+    data/       tokenizer, pair files, the tf.data pipeline, the built-in corpus
+    model.py    the paper's figure: Encoder, Decoder, build_transformer, build_decoder_only
+    model_dir.py  a trained model on disk: model.keras, vocabularies, config.json
+    inference/  decoding loops, Translator, Generator
+    training/   config, objectives, callbacks, strategies, evaluation, the jobs
+    deploy/     the export writers (the clients are in the repository's export/)
+    teaching/   the eight stages, the seeds' walkthrough, attention heatmaps
+    cli.py      `kformer ...`
+
+`import kformer` loads Keras (and TensorFlow, its backend) and registers every
+Keras object kformer defines (layers, models, the loss, the metric, the
+learning-rate schedules), so `keras.saving.load_model` reads a `.keras` file
+of kformer layers in any import order. The rest (`kformer.Translator`,
+`kformer.train_translator`, ...) loads on first use. It changes no global
+state besides defaulting KERAS_BACKEND to "tensorflow", the only backend
+kformer runs on.
+
+The `kformer` command (`python -m kformer`, or the console script) is the one
+exception: its process registers the Keras objects after parsing its
+arguments, so `kformer --help` answers without loading TensorFlow, and it
+hides TensorFlow's native start-up notes there (TF_CPP_MIN_LOG_LEVEL=0 keeps them).
 """
 
 import importlib
 import os
+import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -41,44 +59,48 @@ _EXPORTS = {
     **dict.fromkeys(
         ["Decoder", "Encoder", "SharedEmbeddingTransformer", "build_decoder_only", "build_transformer"], "kformer.model"
     ),
-    **dict.fromkeys(["TrainedModel", "load"], "kformer.model_dir"),
-    **dict.fromkeys(["TrainingConfig", "train_language_model", "train_translator"], "kformer.recipes"),
-    **dict.fromkeys(["BestTranslations", "evaluate", "score"], "kformer.evaluation"),
+    **dict.fromkeys(["ModelDirectoryError", "TrainedModel", "load"], "kformer.model_dir"),
+    **dict.fromkeys(["DataError", "read_pairs", "split_pairs"], "kformer.data.pairs"),
+    **dict.fromkeys(["ConfigError", "TrainingConfig"], "kformer.training.config"),
+    **dict.fromkeys(["train_language_model", "train_translator"], "kformer.training.jobs"),
+    **dict.fromkeys(["BestTranslations", "evaluate", "score"], "kformer.training.evaluation"),
     **dict.fromkeys(
-        ["BudgetSchedule", "MaskedAccuracy", "MaskedSparseCrossEntropy", "TransformerSchedule"], "kformer.training"
+        ["BudgetSchedule", "MaskedAccuracy", "MaskedSparseCrossEntropy", "TransformerSchedule"],
+        "kformer.training.objectives",
     ),
-    "Translator": "kformer.translator",
-    "Generator": "kformer.generator",
+    "Translator": "kformer.inference.translator",
+    "Generator": "kformer.inference.generator",
+    "export": "kformer.deploy.export",
 }
-_SUBMODULES = {
-    "choices",
-    "cli",
-    "corpus",
-    "data",
-    "decoding",
-    "evaluation",
-    "export",
-    "generator",
-    "layers",
-    "model",
-    "model_dir",
-    "mvp",
-    "plots",
-    "recipes",
-    "text",
-    "training",
-    "translator",
-    "walkthrough",
-}
+_SUBPACKAGES = {"cli", "data", "deploy", "inference", "layers", "model", "model_dir", "teaching", "training"}
 
 __all__ = sorted(_EXPORTS)
+
+
+def register_keras_objects():
+    """Imports the modules whose Keras objects a saved kformer model refers to, which registers them.
+
+    `import kformer` calls it; only the `kformer` command calls it later, itself.
+    """
+    importlib.import_module("kformer.layers")
+    importlib.import_module("kformer.model")
+    importlib.import_module("kformer.training.objectives")
+
+
+def _started_as_command():
+    """True in the `kformer` command's own process: `python -m kformer[.module]` or the console script.
+
+    While `python -m` locates its module, Python sets sys.argv[0] to "-m".
+    """
+    argv = getattr(sys, "argv", None) or [""]
+    return argv[0] == "-m" or os.path.basename(argv[0]) == "kformer"
 
 
 def __getattr__(name):
     """Imports a public name's module on first use (PEP 562)."""
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif name in _SUBMODULES:
+    elif name in _SUBPACKAGES:
         value = importlib.import_module(f"kformer.{name}")
     else:
         raise AttributeError(f"module 'kformer' has no attribute {name!r}")
@@ -87,4 +109,8 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__) | _SUBMODULES)
+    return sorted(set(globals()) | set(__all__) | _SUBPACKAGES)
+
+
+if not _started_as_command():
+    register_keras_objects()

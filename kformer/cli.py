@@ -7,7 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from kformer.choices import FORMATS, QUANTIZATIONS, SCHEDULES, STRATEGIES, TASKS
+import kformer
+from kformer.deploy import FORMATS, QUANTIZATIONS
+from kformer.training.config import SCHEDULES, STRATEGIES, TASKS
 
 DEMO_CONFIG = dict(
     d_model=128,
@@ -25,14 +27,14 @@ DEMO_CONFIG = dict(
 
 def _load_pairs(data):
     """The splits of a pair file, or of the built-in corpus when data == "builtin"."""
-    from kformer.corpus import builtin_splits
-    from kformer.data import read_pairs, split_pairs
+    from kformer.data.corpus import builtin_splits
+    from kformer.data.pairs import read_pairs, split_pairs
 
     return builtin_splits() if data == "builtin" else split_pairs(read_pairs(data, verbose=1))
 
 
 def _config(args, **overrides):
-    from kformer.recipes import ConfigError, TrainingConfig
+    from kformer.training.config import ConfigError, TrainingConfig
 
     settings = dict(overrides)
     for name in TrainingConfig.__dataclass_fields__:
@@ -50,7 +52,7 @@ def _config(args, **overrides):
 
 def _refuse_new_architecture(args):
     """--init-from keeps the architecture it starts from: a flag asking for another one is an error, not ignored."""
-    from kformer.recipes import ARCHITECTURE
+    from kformer.training.config import ARCHITECTURE
 
     try:
         saved = json.loads((Path(args.init_from) / "config.json").read_text(encoding="utf-8"))["training"]
@@ -87,10 +89,10 @@ def _print_scores(name, scores):
 
 
 def _demo(args):
-    from kformer.corpus import SEED_SENTENCES, builtin_splits
-    from kformer.evaluation import evaluate
-    from kformer.recipes import train_translator
-    from kformer.translator import Translator
+    from kformer.data.corpus import SEED_SENTENCES, builtin_splits
+    from kformer.inference.translator import Translator
+    from kformer.training.evaluation import evaluate
+    from kformer.training.jobs import train_translator
 
     splits = builtin_splits()
     print(
@@ -109,8 +111,9 @@ def _demo(args):
 
 
 def _train(args):
-    from kformer.evaluation import evaluate
-    from kformer.recipes import read_lines, train_language_model, train_translator
+    from kformer.data.pairs import read_lines
+    from kformer.training.evaluation import evaluate
+    from kformer.training.jobs import train_language_model, train_translator
 
     config = _config(args)
     if config.init_from:
@@ -129,8 +132,8 @@ def _train(args):
 
 
 def _evaluate(args):
-    from kformer.data import read_pairs
-    from kformer.evaluation import evaluate
+    from kformer.data.pairs import read_pairs
+    from kformer.training.evaluation import evaluate
 
     trained = _load_translator(args.model)
     pairs = _load_pairs(args.data)["test"] if args.data == "builtin" else read_pairs(args.data)
@@ -142,7 +145,7 @@ def _evaluate(args):
 
 
 def _translate(args):
-    from kformer.translator import Translator
+    from kformer.inference.translator import Translator
 
     translator = Translator(_load_translator(args.model), beam_size=args.beam)
     if args.sentences:
@@ -155,7 +158,7 @@ def _translate(args):
 
 
 def _generate(args):
-    from kformer.generator import Generator
+    from kformer.inference.generator import Generator
 
     try:
         generator = Generator(
@@ -198,7 +201,7 @@ def _stdin_batches(batch_size):
 
 
 def _attention(args):
-    from kformer import plots
+    from kformer.teaching import plots
 
     trained = _load_translator(args.model)
     try:
@@ -209,7 +212,7 @@ def _attention(args):
 
 
 def _export(args):
-    from kformer.export import export
+    from kformer.deploy.export import export
 
     export(
         args.model,
@@ -225,7 +228,7 @@ def _export(args):
 
 
 def _walkthrough(args):
-    from kformer import walkthrough
+    from kformer.teaching import walkthrough
 
     print(walkthrough.bumrah_report())
     print()
@@ -431,12 +434,12 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)  # --help and usage errors answer before TensorFlow loads
     with _quiet_native_stderr():
-        import tensorflow  # noqa: F401
+        kformer.register_keras_objects()  # loads TensorFlow; a library import does this at `import kformer`
 
-    from kformer.data import DataError
-    from kformer.export import ExportError
+    from kformer.data.pairs import DataError
+    from kformer.deploy.export import ExportError
     from kformer.model_dir import ModelDirectoryError
-    from kformer.training import TrainingDiverged, TrainingInterrupted
+    from kformer.training.callbacks import TrainingDiverged, TrainingInterrupted
 
     try:
         args.run(args)

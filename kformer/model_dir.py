@@ -18,7 +18,7 @@ from pathlib import Path
 
 import keras
 
-from kformer.text import Tokenizer
+from kformer.data.text import Tokenizer
 
 MODEL_FILE = "model.keras"
 SOURCE_VOCAB_FILE = "source_vocab.txt"
@@ -172,11 +172,6 @@ def load(directory):
         ModelDirectoryError: the directory is missing, lacks a piece, or its
             vocabularies do not match the model; the message says which.
     """
-    # Register what a saved model refers to before loading it: the layers and
-    # models, and the loss, metric and learning-rate schedule it was compiled with.
-    import kformer.model  # noqa: F401
-    import kformer.training  # noqa: F401
-
     directory = Path(directory)
     if not directory.is_dir():
         raise ModelDirectoryError(f"{directory}: no such model directory; train one with `kformer train`.")

@@ -64,8 +64,8 @@ VOCAB = ["[PAD]", "[UNK]", "[START]", "[END]"] + [chr(c) for c in range(ord("a")
 def copy_task_model():
     """A small model trained to copy sequences of letters "a".."l": its outputs are known."""
     import kformer
-    from kformer.text import END_ID, START_ID, Tokenizer
-    from kformer.training import compile_for_training
+    from kformer.data.text import END_ID, START_ID, Tokenizer
+    from kformer.training.objectives import compile_for_training
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)

@@ -11,7 +11,7 @@ from conftest import ODD_TEXTS, copy_task_model
 
 from kformer import Translator
 from kformer.cli import main
-from kformer.text import utf8_batch
+from kformer.data.text import utf8_batch
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_a_batch_size_that_is_not_a_count_is_refused(translator, batch_size):
 )
 def test_evaluate_names_what_is_wrong_with_its_pairs(trained, pairs, message):
     from kformer import evaluate
-    from kformer.data import DataError
+    from kformer.data.pairs import DataError
 
     with pytest.raises(DataError, match=message):
         evaluate(trained, pairs)
@@ -115,7 +115,7 @@ def test_evaluate_names_what_is_wrong_with_its_pairs(trained, pairs, message):
 )
 def test_train_translator_names_what_is_wrong_with_its_splits_before_writing(tmp_path, splits, message):
     from kformer import TrainingConfig, train_translator
-    from kformer.data import DataError
+    from kformer.data.pairs import DataError
 
     with pytest.raises(DataError, match=message):
         train_translator(splits, tmp_path / "out", TrainingConfig(epochs=1), verbose=0)
@@ -124,7 +124,7 @@ def test_train_translator_names_what_is_wrong_with_its_splits_before_writing(tmp
 
 def test_a_side_with_no_words_is_named_not_left_to_the_wordpiece_learner(tmp_path):
     from kformer import TrainingConfig, train_translator
-    from kformer.data import DataError
+    from kformer.data.pairs import DataError
 
     splits = {"train": [("a b", " "), ("b c", "")]}
     with pytest.raises(DataError, match="^the target side holds no words to learn a vocabulary from: 2 sentences"):

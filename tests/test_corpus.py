@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from kformer.corpus import ANIMATE, INTRANSITIVE, PLACES, THINGS, TRANSITIVE, builtin_splits, held_out_pairs
+from kformer.data.corpus import ANIMATE, INTRANSITIVE, PLACES, THINGS, TRANSITIVE, builtin_splits, held_out_pairs
 
 
 @pytest.fixture(scope="module")

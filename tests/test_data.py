@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kformer.data import DataError, batches_per_epoch, make_dataset, read_pairs, split_pairs, teacher_forcing
-from kformer.text import END_ID, START_ID, Tokenizer
+from kformer.data.pairs import DataError, read_pairs, split_pairs
+from kformer.data.pipeline import batches_per_epoch, make_dataset, teacher_forcing
+from kformer.data.text import END_ID, START_ID, Tokenizer
 
 
 def write(tmp_path, name, text):

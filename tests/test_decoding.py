@@ -7,9 +7,9 @@ import tensorflow as tf
 from conftest import VOCAB, copy_task_model, run_fresh_python, to_numpy
 
 from kformer import Translator, build_transformer
-from kformer.decoding import _step_function, _top_logits, beam_search, decode, greedy_search
+from kformer.data.text import END_ID, START_ID
+from kformer.inference.decoding import _step_function, _top_logits, beam_search, decode, greedy_search
 from kformer.layers import make_padding_mask
-from kformer.text import END_ID, START_ID
 
 
 @pytest.fixture(scope="module")

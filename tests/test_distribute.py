@@ -16,7 +16,9 @@ TRAIN_A_FEW_STEPS = """
     import tensorflow as tf
     {setup}
     import keras, kformer
-    from kformer.training import BudgetSchedule, TimeBudget, compile_for_training, make_strategy
+    from kformer.training.callbacks import TimeBudget
+    from kformer.training.distribute import make_strategy
+    from kformer.training.objectives import BudgetSchedule, compile_for_training
 
     strategy = make_strategy({strategy!r})  # before any other TensorFlow work
     rng = np.random.default_rng(0)
@@ -38,13 +40,13 @@ TRAIN_A_FEW_STEPS = """
     np.save("weights-initial.npy", np.concatenate([w.ravel() for w in reference.get_weights()]))
     task = json.loads(os.environ.get("TF_CONFIG", '{{"task": {{"index": 0}}}}'))["task"]["index"]
     if {loop}:  # Keras 3.15's fit cannot run multi-worker training; kformer's loop does
-        from kformer.training import fit_across_workers
+        from kformer.training.distribute import fit_across_workers
         budget = None
         if {budget}:  # seconds of a fake clock, 0.1 s a reading on worker 0 and 0.13 s on worker 1, so the
             import itertools, types  # workers' own clocks disagree by a known amount however loaded the machine
-            import kformer.training
+            import kformer.training.distribute
             ticks, pace = itertools.count(), 0.1 + 0.03 * task
-            kformer.training.time = types.SimpleNamespace(perf_counter=lambda: pace * next(ticks))
+            kformer.training.distribute.time = types.SimpleNamespace(perf_counter=lambda: pace * next(ticks))
             budget = TimeBudget({budget} / 60, schedule=schedule)
         losses = fit_across_workers(model, data.repeat(), {steps}, strategy, budget, log_every=4, verbose=0)["loss"]
     else:

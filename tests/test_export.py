@@ -12,9 +12,9 @@ from conftest import ODD_TEXTS, REPO, VOCAB, copy_task_model, run_fresh_python, 
 
 from kformer import Translator
 from kformer.cli import main
-from kformer.decoding import decode
-from kformer.export import ExportError, export
-from kformer.text import END_ID
+from kformer.data.text import END_ID
+from kformer.deploy.export import ExportError, export
+from kformer.inference.decoding import decode
 
 SENTENCES = ["a b c", "l k j i h", "d e f g", "b"]
 
@@ -243,12 +243,12 @@ def test_unwritable_or_occupied_destinations(trained, tmp_path):
 
 
 def test_a_failed_export_leaves_nothing_that_looks_complete(trained, tmp_path, monkeypatch):
-    import kformer.export
+    import kformer.deploy.export
 
     def broken(*args):
         raise ExportError("ONNX conversion of translate_ids failed: simulated")
 
-    monkeypatch.setattr(kformer.export, "_onnx", broken)
+    monkeypatch.setattr(kformer.deploy.export, "_onnx", broken)
     with pytest.raises(ExportError, match="simulated"):
         export(trained, tmp_path / "out", formats=("saved_model", "onnx"), verbose=False)
     assert list(tmp_path.iterdir()) == []
@@ -257,12 +257,12 @@ def test_a_failed_export_leaves_nothing_that_looks_complete(trained, tmp_path, m
 def test_a_staging_folder_that_cannot_be_made_is_named_by_the_out_the_user_gave(trained, tmp_path, monkeypatch):
     import errno
 
-    import kformer.export
+    import kformer.deploy.export
 
     def full(**kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(kformer.export.tempfile, "mkdtemp", full)
+    monkeypatch.setattr(kformer.deploy.export.tempfile, "mkdtemp", full)
     out = tmp_path / "out"
     with pytest.raises(ExportError) as error:
         export(trained, out, formats=("saved_model",), verbose=False)
@@ -270,13 +270,13 @@ def test_a_staging_folder_that_cannot_be_made_is_named_by_the_out_the_user_gave(
 
 
 def test_an_export_killed_halfway_leaves_a_staging_folder_that_the_next_export_clears(trained, tmp_path, monkeypatch):
-    import kformer.export
+    import kformer.deploy.export
 
     def killed(*args):  # as SIGKILL would: the export stops and its own cleanup never runs
-        monkeypatch.setattr(kformer.export.shutil, "rmtree", lambda *args, **kwargs: None)
+        monkeypatch.setattr(kformer.deploy.export.shutil, "rmtree", lambda *args, **kwargs: None)
         raise ExportError("simulated kill")
 
-    monkeypatch.setattr(kformer.export, "_onnx", killed)
+    monkeypatch.setattr(kformer.deploy.export, "_onnx", killed)
     with pytest.raises(ExportError, match="simulated kill"):
         export(trained, tmp_path / "out", formats=("saved_model", "onnx"), verbose=False)
     assert [p.name.startswith(".out.partial-") for p in tmp_path.iterdir()] == [True]
@@ -298,7 +298,7 @@ def test_the_clients_read_reserved_tokens_and_spacing_rules_from_the_manifest(ex
     sys.path.insert(0, str(REPO / "export"))
     from wordpiece import WordPiece
 
-    from kformer.text import RESERVED_TOKENS, SPACING_RULES
+    from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 
     assert manifest["reserved_tokens"] == RESERVED_TOKENS
     assert manifest["spacing_rules"] == [list(rule) for rule in SPACING_RULES]
@@ -412,8 +412,8 @@ def test_ctranslate2_gives_kerass_greedy_tokens_on_random_models(tmp_path, setti
     import keras
 
     from kformer import TrainedModel, build_transformer
-    from kformer.ctranslate2_spec import write_ctranslate2
-    from kformer.text import Tokenizer
+    from kformer.data.text import Tokenizer
+    from kformer.deploy.ctranslate2_spec import write_ctranslate2
 
     keras.utils.set_random_seed(1)
     model = build_transformer(len(VOCAB), len(VOCAB), 32, 4, 2, 64, dropout=0.0, **settings)
@@ -430,7 +430,7 @@ def test_ctranslate2_translates_the_builtin_test_split_like_keras(clean_run, tmp
     sys.path.insert(0, str(REPO / "export"))
     import ctranslate2_client
 
-    from kformer.corpus import builtin_splits
+    from kformer.data.corpus import builtin_splits
     from kformer.model_dir import load
 
     model_dir, _ = clean_run
@@ -457,7 +457,7 @@ def test_a_mixed_precision_model_exports_in_float32(tmp_path):
     from ai_edge_litert.interpreter import Interpreter
 
     from kformer import TrainedModel, build_transformer
-    from kformer.text import Tokenizer
+    from kformer.data.text import Tokenizer
 
     keras.utils.set_random_seed(2)
     keras.mixed_precision.set_global_policy("mixed_bfloat16")

@@ -10,9 +10,10 @@ from conftest import run_fresh_python, to_numpy
 import kformer
 from kformer import Generator
 from kformer.cli import main
+from kformer.data.text import PAD_ID, START_ID, Tokenizer
 from kformer.model_dir import TrainedModel
-from kformer.recipes import TrainingConfig, train_language_model
-from kformer.text import PAD_ID, START_ID, Tokenizer
+from kformer.training.config import TrainingConfig
+from kformer.training.jobs import train_language_model
 
 LETTERS = list(string.ascii_lowercase)
 PROMPTS = ["c d e", "a", "m n o p q r", "h i"]
@@ -154,7 +155,7 @@ def test_translator_commands_on_a_language_model_are_one_usage_error(alphabet_lm
     ],
 )
 def test_an_export_a_language_model_cannot_have_is_refused_before_writing(alphabet_lm, tmp_path, request_, message):
-    from kformer.export import ExportError, export
+    from kformer.deploy.export import ExportError, export
 
     with pytest.raises(ExportError, match=message):
         export(alphabet_lm, tmp_path / "deploy", verbose=False, **request_)
@@ -162,7 +163,7 @@ def test_an_export_a_language_model_cannot_have_is_refused_before_writing(alphab
 
 
 def test_attention_maps_of_a_language_model_are_refused_by_name(random_lm):
-    from kformer.plots import attention_weights
+    from kformer.teaching.plots import attention_weights
 
     with pytest.raises(ValueError, match="attention maps are drawn for a translator; this model is a language_model"):
         attention_weights(random_lm, "a b c")
@@ -197,7 +198,7 @@ def test_train_lm_on_the_builtin_corpus_from_the_command_line(tmp_path, capsys):
 
 
 def test_export_of_a_language_model_runs_the_same_in_every_runtime(alphabet_lm, tmp_path):
-    from kformer.export import export
+    from kformer.deploy.export import export
 
     out = tmp_path / "deploy"
     manifest = export(alphabet_lm, out, max_new_tokens=8, verbose=False)

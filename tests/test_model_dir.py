@@ -8,8 +8,8 @@ import pytest
 from conftest import REPO, TINY_BATCH, run_fresh_python, to_numpy
 
 from kformer import TrainedModel, build_transformer, load
+from kformer.data.text import RESERVED_TOKENS, Tokenizer
 from kformer.model_dir import ModelDirectoryError
-from kformer.text import RESERVED_TOKENS, Tokenizer
 
 SOURCE_VOCAB = RESERVED_TOKENS + ["the", "black", "cat", "sleeps"] + [f"w{i}" for i in range(12)]
 TARGET_VOCAB = RESERVED_TOKENS + ["el", "gato", "negro", "duerme"] + [f"v{i}" for i in range(22)]

@@ -1,4 +1,4 @@
-"""kformer.mvp: seed 003's eight stages as models, and the failures each one fixes."""
+"""kformer.teaching.mvp: seed 003's eight stages as models, and the failures each one fixes."""
 
 import keras
 import numpy as np
@@ -7,10 +7,10 @@ from conftest import to_numpy
 from keras import ops
 
 import kformer
-from kformer import mvp
-from kformer.corpus import builtin_splits, held_out_pairs, role_swap_pairs
-from kformer.decoding import decode
-from kformer.text import Tokenizer, build_vocabulary
+from kformer.data.corpus import builtin_splits, held_out_pairs, role_swap_pairs
+from kformer.data.text import Tokenizer, build_vocabulary
+from kformer.inference.decoding import decode
+from kformer.teaching import mvp
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
 

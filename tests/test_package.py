@@ -1,26 +1,52 @@
-"""kformer as a library inside someone else's program: a cheap import that changes nothing it does not own."""
+"""kformer inside someone else's program: an import that registers its Keras objects and changes nothing else."""
 
+import json
 import subprocess
 import sys
 
 import keras
+import numpy as np
+import pytest
 from conftest import REPO, run_fresh_python
 
 import kformer
-from kformer.corpus import builtin_splits
-from kformer.recipes import TrainingConfig, train_translator
+from kformer.data.corpus import builtin_splits
+from kformer.training.config import TrainingConfig
+from kformer.training.jobs import train_translator
+
+RELEASE_0_1_0 = REPO / "tests" / "data" / "release-0.1.0"  # written by its make.py with the 0.1.0 package layout
+KERAS_OBJECTS = [
+    *"CausalMask CrossAttention FeedForward MultiHeadSelfAttention PositionalEmbedding TransformerBlock".split(),
+    *"Encoder Decoder SharedEmbeddingTransformer".split(),
+    *"MaskedSparseCrossEntropy MaskedAccuracy TransformerSchedule BudgetSchedule".split(),
+]
 
 
-def test_import_kformer_loads_neither_tensorflow_nor_keras(tmp_path):
-    code = """
-    import os, sys
+@pytest.mark.parametrize("imports", ["import kformer, keras", "import keras, kformer"])
+def test_import_kformer_registers_every_keras_object_in_either_order(imports, tmp_path):
+    code = f"""
+    import json, os, sys
     os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
-    import kformer, kformer.cli
-    kformer.cli.build_parser()
-    print(sorted(m for m in ("tensorflow", "keras", "matplotlib") if m in sys.modules))
-    print(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+    {imports}
+    missing = [n for n in {KERAS_OBJECTS!r} if keras.saving.get_registered_object("kformer>" + n) is None]
+    model = keras.saving.load_model({str(RELEASE_0_1_0 / "layers.keras")!r})  # a Keras user's file of kformer layers
+    output = model.predict(keras.ops.convert_to_tensor([[3, 4, 5, 0]]), verbose=0).tolist()
+    print(json.dumps([missing, output, os.environ.get("TF_CPP_MIN_LOG_LEVEL")]))
     """
-    assert run_fresh_python(code, tmp_path).split("\n")[:2] == ["[]", "None"]
+    missing, output, log_level = json.loads(run_fresh_python(code, tmp_path))
+    assert missing == [] and log_level is None  # registered, and TensorFlow's log level left to the caller
+    expected = json.loads((RELEASE_0_1_0 / "golden.json").read_text())["layers_output"]
+    np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_model_directories_saved_by_release_0_1_0_translate_and_generate_as_they_did():
+    """Model directories written before the package layout changed, and what that release translated with them."""
+    golden = json.loads((RELEASE_0_1_0 / "golden.json").read_text())
+    translator = kformer.load(RELEASE_0_1_0 / "translator")  # shared vocabulary: SharedEmbeddingTransformer
+    assert kformer.Translator(translator).translate(golden["sentences"]) == golden["greedy"]
+    assert kformer.Translator(translator, beam_size=4).translate(golden["sentences"]) == golden["beam4"]
+    generator = kformer.Generator(RELEASE_0_1_0 / "language_model", max_new_tokens=8)
+    assert generator.generate(["el gato", "la"]) == golden["lm"]
 
 
 def test_kformer_help_answers_without_loading_tensorflow():

@@ -3,8 +3,10 @@
 import numpy as np
 from conftest import run_fresh_python
 
-from kformer import TrainedModel, build_transformer, plots
-from kformer.text import RESERVED_TOKENS, Tokenizer
+from kformer import TrainedModel, build_transformer
+from kformer.data.text import RESERVED_TOKENS, Tokenizer
+from kformer.teaching import plots
+from kformer.training.history import learning_curves
 
 VOCAB = RESERVED_TOKENS + ["the", "black", "cat", "sleeps", "el", "gato", "negro", "duerme"]
 
@@ -31,7 +33,7 @@ def test_attention_maps_cover_every_layer_and_head_and_are_distributions():
 
 def test_learning_curves_are_a_png(tmp_path):
     history = {"loss": [3.0, 2.0, 1.5], "val_loss": [2.8, 2.1, 1.9], "accuracy": [0.2, 0.5, 0.6]}
-    plots.learning_curves(history, tmp_path / "curves.png")
+    learning_curves(history, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kformer import make_causal_mask, make_padding_mask
+from kformer.data.text import Tokenizer, build_vocabulary
 from kformer.layers.attention import combine_masks, key_padding_mask, scaled_dot_product_attention
-from kformer.text import Tokenizer, build_vocabulary
 
 LETTERS = string.ascii_letters + "áéíóúüñÁÉÍÓÚÑ"
 OPENING, CLOSING = "¿¡([{«", ".,!?;:%)]}»…"

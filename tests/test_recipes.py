@@ -10,12 +10,14 @@ from conftest import VOCAB, copy_task_model, train_command
 
 from kformer import Translator
 from kformer.cli import main
-from kformer.corpus import builtin_splits
-from kformer.evaluation import BestTranslations
+from kformer.data.corpus import builtin_splits
 from kformer.model import SharedEmbeddingTransformer
 from kformer.model_dir import load
-from kformer.recipes import TrainingConfig, _callbacks
-from kformer.training import Backup, CheckpointAverage, compile_for_training
+from kformer.training.callbacks import Backup, CheckpointAverage
+from kformer.training.config import TrainingConfig
+from kformer.training.evaluation import BestTranslations
+from kformer.training.jobs import _callbacks
+from kformer.training.objectives import compile_for_training
 
 LETTERS = VOCAB[4:]
 
@@ -250,7 +252,7 @@ def test_bad_recipe_flags_are_one_usage_error(tmp_path, capsys, flags, message):
 
 
 def test_a_config_out_of_range_is_refused_when_made_naming_the_setting():
-    from kformer.recipes import ConfigError
+    from kformer.training.config import ConfigError
 
     for settings, name in [
         (dict(d_model=32, num_heads=3), "num_heads"),
@@ -280,7 +282,7 @@ def test_a_config_out_of_range_is_refused_when_made_naming_the_setting():
     ],
 )
 def test_xla_unless_bfloat16_on_a_cpu_or_told(policy, settings, xla):
-    from kformer.recipes import uses_xla
+    from kformer.training.jobs import uses_xla
 
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)

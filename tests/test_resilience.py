@@ -20,8 +20,8 @@ import pytest
 from conftest import EPOCHS, REPO, STEPS_PER_EPOCH, train_command
 
 from kformer.cli import main
-from kformer.recipes import TrainingConfig
-from kformer.training import Backup
+from kformer.training.callbacks import Backup
+from kformer.training.config import TrainingConfig
 
 
 def start(command):
@@ -114,7 +114,7 @@ def test_a_resumed_runs_record_is_read_back_whole(tmp_path):
     """Keras' CSVLogger appends across restarts: each epoch counts once, as last logged; empty columns go."""
     import keras
 
-    from kformer.recipes import _whole_history
+    from kformer.training.history import whole_history
 
     path = tmp_path / "history.csv"
 
@@ -127,7 +127,7 @@ def test_a_resumed_runs_record_is_read_back_whole(tmp_path):
 
     run([(0, 3.0), (1, 2.0)])  # killed after logging epoch 1, before its backup
     run([(1, 1.9), (2, 1.5)])  # resumed: epoch 1 ran again
-    assert _whole_history(path) == {"accuracy": [0.7, 0.81, 0.85], "loss": [3.0, 1.9, 1.5]}
+    assert whole_history(path) == {"accuracy": [0.7, 0.81, 0.85], "loss": [3.0, 1.9, 1.5]}
 
 
 def test_a_diverging_run_stops_with_one_message_and_keeps_the_last_good_weights(tmp_path):
@@ -156,7 +156,7 @@ def test_a_backup_killed_between_its_weights_and_its_state_resumes_at_a_step_who
 ):
     import keras
 
-    import kformer.training
+    import kformer.training.callbacks
 
     def compiled():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
@@ -177,8 +177,8 @@ def test_a_backup_killed_between_its_weights_and_its_state_resumes_at_a_step_who
         states.append(data)
         write_json(path, data)
 
-    write_json = kformer.training.write_json
-    monkeypatch.setattr(kformer.training, "write_json", write_json_then_die)
+    write_json = kformer.training.callbacks.write_json
+    monkeypatch.setattr(kformer.training.callbacks, "write_json", write_json_then_die)
     with pytest.raises(Killed):
         model.fit(x, y, batch_size=4, epochs=1, callbacks=[record, Backup(tmp_path, every_steps=4)], verbose=0)
     monkeypatch.undo()
@@ -275,8 +275,8 @@ def test_too_little_disk_space_is_refused_before_training(tmp_path, monkeypatch)
 
 def test_same_seed_same_weights(tmp_path):
     """Same seed, data and machine: bit-identical weights, dropout and shuffling included (on CPU, with no flag)."""
-    from kformer.corpus import builtin_splits
-    from kformer.recipes import train_translator
+    from kformer.data.corpus import builtin_splits
+    from kformer.training.jobs import train_translator
 
     splits = builtin_splits()
     config = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, source_vocab_size=300, target_vocab_size=300)

@@ -11,7 +11,7 @@ import pytest
 from conftest import to_numpy
 
 from kformer import MultiHeadSelfAttention, attention_scores, scaled_dot_product_attention
-from kformer.mvp import DotProductSelfAttention, build_mvp
+from kformer.teaching.mvp import DotProductSelfAttention, build_mvp
 
 TOKENS = ["the", "black", "cat", "sleeps"]
 EMBEDDINGS = np.array(

@@ -45,7 +45,7 @@ def test_keras_file_loads_in_a_fresh_process_with_identical_outputs(tmp_path):
     run_fresh_python(
         """
         import keras, numpy as np
-        import kformer.layers  # registers the layers (a bare `import kformer` loads nothing yet)
+        import kformer  # registers the layers
         model = keras.saving.load_model("tiny.keras")
         actual = keras.ops.convert_to_numpy(model([np.load("encoder_tokens.npy"), np.load("decoder_tokens.npy")]))
         np.testing.assert_array_equal(actual, np.load("expected.npy"))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kformer.text import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID, Tokenizer, build_vocabulary
+from kformer.data.text import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID, Tokenizer, build_vocabulary
 
 SENTENCES = [
     "¿Quién se cayó?",

@@ -7,9 +7,10 @@ import tensorflow as tf
 from conftest import to_numpy
 
 from kformer import MaskedAccuracy, MaskedSparseCrossEntropy, TransformerSchedule, build_transformer
-from kformer.decoding import decode
-from kformer.text import END_ID, START_ID
-from kformer.training import BudgetSchedule, TimeBudget, compile_for_training
+from kformer.data.text import END_ID, START_ID
+from kformer.inference.decoding import decode
+from kformer.training.callbacks import TimeBudget
+from kformer.training.objectives import BudgetSchedule, compile_for_training
 
 rng = np.random.default_rng(11)
 

@@ -1,4 +1,4 @@
-"""Sentence-pair files, deterministic splits and the tf.data training pipeline.
+"""Sentence-pair files and text files read and checked, and deterministic splits.
 
 A pair file is Tatoeba/Anki style: `English<TAB>Target[<TAB>attribution]`, one
 pair per line, UTF-8; given as .txt/.tsv or as the .zip it is published in.
@@ -6,15 +6,9 @@ pair per line, UTF-8; given as .txt/.tsv or as the .zip it is published in.
 
 import hashlib
 import itertools
-import math
 import unicodedata
 import zipfile
 from pathlib import Path
-
-import numpy as np
-import tensorflow as tf
-
-from kformer.text import END_ID, PAD_ID, START_ID
 
 
 class DataError(ValueError):
@@ -203,101 +197,16 @@ def split_pairs(pairs, valid_fraction=0.02, test_fraction=0.02, salt="kformer"):
     return splits
 
 
-def teacher_forcing(source_ids, target_ids, max_length):
-    """Ids of one pair -> ((encoder_tokens, decoder_tokens), labels).
-
-    The decoder reads [START] + target and is trained to predict target +
-    [END]: at every position t the label is the token that comes after the
-    tokens it has seen. Sequences are cut to `max_length` tokens.
-    """
-    source_ids = source_ids[:max_length]
-    target_ids = target_ids[: max_length - 1]
-    start = tf.constant([START_ID], tf.int32)
-    end = tf.constant([END_ID], tf.int32)
-    decoder_tokens = tf.concat([start, target_ids], axis=0)
-    labels = tf.concat([target_ids, end], axis=0)
-    return (source_ids, decoder_tokens), labels
-
-
-def bucket_boundaries(max_length, bucket_width=8):
-    """Length bucket edges: a pair of length n (its longer side) goes in the first bucket whose edge is above n.
-
-    The last edge lies past max_length, so every pair fits a bucket.
-    """
-    return list(range(bucket_width + 1, max_length + bucket_width + 1, bucket_width))
-
-
-def bucket_batch_sizes(boundaries, batch_size=64, batch_tokens=None):
-    """Sentences a batch in each bucket: `batch_size`, or as many as fit `batch_tokens` padded tokens."""
-    if batch_tokens is None:
-        return [batch_size] * (len(boundaries) + 1)
-    widths = [edge - 1 for edge in boundaries]  # a bucket pads to just below its edge
-    return [max(1, batch_tokens // width) for width in widths + widths[-1:]]
-
-
-def batches_per_epoch(pairs, source_tokenizer, target_tokenizer, batch_size=64, max_length=40, batch_tokens=None):
-    """How many batches `make_dataset` makes of `pairs` in one pass (its bucketing, counted in NumPy)."""
-    sources, targets = zip(*pairs, strict=True)
-    source_lengths = np.minimum(source_tokenizer.tokenize(tf.constant(sources)).row_lengths().numpy(), max_length)
-    target_lengths = np.minimum(target_tokenizer.tokenize(tf.constant(targets)).row_lengths().numpy() + 1, max_length)
-    boundaries = bucket_boundaries(max_length)
-    buckets = np.searchsorted(boundaries, np.maximum(source_lengths, target_lengths), side="right")
-    sizes = bucket_batch_sizes(boundaries, batch_size, batch_tokens)
-    counts = np.bincount(buckets, minlength=len(sizes))
-    return max(1, sum(math.ceil(count / size) for count, size in zip(counts, sizes, strict=True)))
-
-
-def make_dataset(
-    pairs,
-    source_tokenizer,
-    target_tokenizer,
-    batch_size=64,
-    max_length=40,
-    shuffle=True,
-    repeat=False,
-    seed=0,
-    bucket_width=8,
-    batch_tokens=None,
-):
-    """The tf.data pipeline: tokenize, truncate, teacher forcing, bucket, pad.
-
-    Pairs of similar length are batched together (buckets `bucket_width`
-    tokens wide) and padded with 0 only to their bucket's edge, so a batch of
-    six-word sentences is not padded to `max_length`, and XLA sees a few
-    shapes instead of one per length. A bucket's batches hold `batch_size`
-    sentences, or with `batch_tokens` as many as fit that many padded tokens
-    a side (the paper's, fairseq's and OpenNMT's way: short sentences come
-    in bigger batches, so every step does about the same work).
-
-    Yields:
-        ((encoder_tokens (B, S), decoder_tokens (B, T)), labels (B, T)), int32.
-    """
-    if not pairs:
-        raise DataError("no sentence pairs to make a dataset from.")
-    sources, targets = zip(*pairs, strict=True)
-    source_ids = source_tokenizer.tokenize(tf.constant(sources))
-    target_ids = target_tokenizer.tokenize(tf.constant(targets))
-    dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-    dataset = dataset.map(lambda s, t: teacher_forcing(s, t, max_length), num_parallel_calls=tf.data.AUTOTUNE)
-    if shuffle:
-        dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    boundaries = bucket_boundaries(max_length, bucket_width)
-    dataset = dataset.bucket_by_sequence_length(
-        element_length_func=lambda inputs, labels: tf.maximum(tf.shape(inputs[0])[0], tf.shape(labels)[0]),
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=bucket_batch_sizes(boundaries, batch_size, batch_tokens),
-        padding_values=((PAD_ID, PAD_ID), PAD_ID),
-        pad_to_bucket_boundary=True,
-        drop_remainder=False,
-    )
-    # Workers of a multi-worker strategy each take every n-th batch (the data is in memory, not files).
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = dataset.with_options(options)
-    if not repeat:
-        # Bucketing hides the number of batches; Keras needs it to end an epoch cleanly.
-        batches = int(dataset.reduce(0, lambda count, _: count + 1))
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+def read_lines(path):
+    """Non-empty lines of a UTF-8 text file, for language modelling."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; give a UTF-8 text file, one passage a line.")
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text; re-save the file as UTF-8.") from None
+    lines = [line for line in lines if line]
+    if not lines:
+        raise DataError(f"{path}: holds no text.")
+    return lines

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from kformer.decoding import decode
+from kformer.data.text import utf8_batch
+from kformer.inference.decoding import decode
 from kformer.layers.validation import check_positive_int
 from kformer.model_dir import TrainedModel, load
-from kformer.text import utf8_batch
 
 EXTRA_OUTPUT_TOKENS = 50
 SOURCE_BUCKET = 8  # under XLA, sources are padded to a multiple of this many tokens

@@ -6,9 +6,9 @@ import time
 import keras
 import sacrebleu
 
-from kformer.data import DataError, check_pairs
+from kformer.data.pairs import DataError, check_pairs
+from kformer.inference.translator import Translator
 from kformer.model_dir import TrainedModel, write_atomically, write_json
-from kformer.translator import Translator
 
 
 def score(hypotheses, references, lowercase=False):

@@ -1,24 +1,24 @@
 """Whole jobs, end to end: train a translator, train a language model.
 
-The CLI is a thin layer over these; notebooks and scripts call them directly.
+Both run one sequence (`_train`): the strategy, seeds and precision; the
+vocabularies; the model built and compiled under the strategy; model.fit
+with the backup, the budget and (for a translator) the keeper of the best
+translations; the model directory saved on the chief. The CLI is a thin
+layer over these; notebooks and scripts call them directly.
 """
 
 import contextlib
-import csv
 import dataclasses
-import numbers
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
-from kformer import plots
-from kformer.choices import SCHEDULES, STRATEGIES
-from kformer.data import DataError, batches_per_epoch, check_pairs, make_dataset
-from kformer.evaluation import BestTranslations
+from kformer.data.pairs import DataError, check_pairs
+from kformer.data.pipeline import batches_per_epoch, make_dataset
+from kformer.data.text import Tokenizer, build_vocabulary
 from kformer.model import build_decoder_only, build_transformer
 from kformer.model_dir import (
     SOURCE_VOCAB_FILE,
@@ -30,120 +30,12 @@ from kformer.model_dir import (
     require_space,
     write_atomically,
 )
-from kformer.text import Tokenizer, build_vocabulary
-from kformer.training import (
-    Backup,
-    BudgetSchedule,
-    CheckpointAverage,
-    DamagedBackup,
-    TimeBudget,
-    TransformerSchedule,
-    compile_for_training,
-    fit_across_workers,
-    make_strategy,
-    perplexity,
-)
-
-
-class ConfigError(ValueError):
-    """A `TrainingConfig` setting out of range: `name` (the field), the `rule` it breaks, and the `value` given."""
-
-    def __init__(self, name, rule, value=None):
-        self.name, self.rule, self.value = name, rule, value
-        super().__init__(self.describe(name))
-
-    def describe(self, name):
-        """The message with the setting called `name` (the CLI passes its flag)."""
-        return f"{name} {self.rule}" + ("." if self.value is None else f", not {self.value!r}.")
-
-
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-_COUNTS = (  # positive integers; the optional ones may also be None
-    "d_model num_heads num_layers d_ff source_vocab_size target_vocab_size max_length batch_size warmup_steps "
-    "backup_steps"
-).split()
-_OPTIONAL_COUNTS = ("batch_tokens", "epochs", "steps_per_epoch")
-
-
-@dataclass
-class TrainingConfig:
-    """Everything a training run needs besides the data. The defaults are the paper's recipe at small scale.
-
-    Settings out of range raise `ConfigError` when the config is made, before any work.
-    """
-
-    d_model: int = 256
-    num_heads: int = 8
-    num_layers: int = 2
-    d_ff: int = 1024
-    dropout: float = 0.1
-    norm_first: bool = False
-    tie_embeddings: bool = False
-    shared_vocab: bool = False
-    source_vocab_size: int = 8000
-    target_vocab_size: int = 8000
-    max_length: int = 40
-    batch_size: int = 64
-    batch_tokens: int | None = None
-    label_smoothing: float = 0.1
-    schedule: str = "budget"
-    warmup_steps: int = 4000
-    learning_rate_scale: float = 1.0
-    clipnorm: float | None = None
-    ema: float | None = None
-    average: int | None = None
-    epochs: int | None = None
-    minutes: float | None = None
-    steps_per_epoch: int | None = None
-    patience: int = 5
-    backup_steps: int = 500
-    seed: int = 0
-    jit_compile: bool | None = None
-    strategy: str = "default"
-    mixed_precision: bool = False
-    init_from: str | None = None
-
-    def __post_init__(self):
-        for name in _COUNTS + [n for n in _OPTIONAL_COUNTS if getattr(self, n) is not None]:
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise ConfigError(name, "must be a positive integer", getattr(self, name))
-        if self.d_model % self.num_heads:
-            raise ConfigError("num_heads", f"must divide d_model ({self.d_model}) into equal heads", self.num_heads)
-        if not _is_int(self.patience) or self.patience < 0:
-            raise ConfigError("patience", "must be 0 or a positive integer", self.patience)
-        for name in ("dropout", "label_smoothing"):
-            if not _is_number(getattr(self, name)) or not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(name, "is a rate from 0 up to (not including) 1", getattr(self, name))
-        for name in ("learning_rate_scale", "clipnorm", "minutes"):
-            value = getattr(self, name)
-            if value is not None and (not _is_number(value) or not value > 0):  # `not >` also catches NaN
-                raise ConfigError(name, "must be a positive number", value)
-        if self.ema is not None and (not _is_number(self.ema) or not 0.0 < self.ema < 1.0):
-            raise ConfigError("ema", "is a decay between 0 and 1 (such as 0.999)", self.ema)
-        if self.average is not None and (not _is_int(self.average) or self.average < 2):
-            raise ConfigError("average", "is a number of checkpoints, 2 or more", self.average)
-        if self.schedule not in SCHEDULES:
-            raise ConfigError("schedule", f"is one of {', '.join(SCHEDULES)}", self.schedule)
-        if self.strategy not in STRATEGIES:
-            raise ConfigError("strategy", f"is one of {', '.join(STRATEGIES)}", self.strategy)
-        if self.average and self.strategy == "multiworker":
-            raise ConfigError("average", "needs the per-epoch validation that the multiworker strategy does not run")
-
-    def model_settings(self):
-        settings = {
-            name: getattr(self, name)
-            for name in ("d_model", "num_heads", "num_layers", "d_ff", "dropout", "norm_first", "tie_embeddings")
-        }
-        if self.shared_vocab:  # one table for encoder input, decoder input and output: the paper's section 3.4
-            settings.update(share_embeddings=True, tie_embeddings=True)
-        return settings
+from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TimeBudget
+from kformer.training.config import ARCHITECTURE, TrainingConfig
+from kformer.training.distribute import fit_across_workers, make_strategy
+from kformer.training.evaluation import BestTranslations
+from kformer.training.history import learning_curves, whole_history
+from kformer.training.objectives import BudgetSchedule, TransformerSchedule, compile_for_training, perplexity
 
 
 def _schedule(config, steps_per_epoch):
@@ -309,7 +201,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         )
     seconds = time.perf_counter() - started
     steps = int(model.optimizer.iterations.numpy())
-    epochs = history.history if backup.restored_step is None else _whole_history(out / "training" / "history.csv")
+    epochs = history.history if backup.restored_step is None else whole_history(out / "training" / "history.csv")
     summary = {
         "steps": steps,
         "seconds": round(seconds, 1),
@@ -319,21 +211,9 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
     if average is not None and average.chrf is not None:
         summary["val_chrf_average"] = average.chrf
     if epochs.get("loss"):
-        plots.learning_curves(epochs, out / "learning_curves.png")
+        learning_curves(epochs, out / "learning_curves.png")
         summary.update({k: round(float(v[-1]), 4) for k, v in epochs.items()})
     return history, summary
-
-
-def _whole_history(path):
-    """{metric: a value per epoch} of every epoch a resumed run has logged, those before the restart included.
-
-    An epoch logged again (a kill between its log line and its backup) counts once, as last logged.
-    Columns CSVLogger left empty ("NA": validation metrics of a run without validation) are left out.
-    """
-    with open(path, newline="") as file:
-        rows = list({row.pop("epoch"): row for row in csv.DictReader(file)}.values())
-    names = [name for name in (rows[0] if rows else {}) if all(row[name] not in ("", "NA") for row in rows)]
-    return {name: [float(row[name]) for row in rows] for name in names}
 
 
 def _fit_across_workers(model, schedule, train, steps_per_epoch, config, verbose):
@@ -368,9 +248,6 @@ def _save_finished(trained, out, strategy):
         trained.save(out)
         shutil.rmtree(out / "training" / "backup", ignore_errors=True)
     return trained
-
-
-ARCHITECTURE = ("d_model", "num_heads", "num_layers", "d_ff", "norm_first", "tie_embeddings", "shared_vocab")
 
 
 def _starting_point(config, out):
@@ -459,21 +336,6 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
     config_json = {"kind": "translator", "max_length": config.max_length, "training": dataclasses.asdict(config)}
     trained = TrainedModel(model, source, target, {**config_json, "result": summary})
     return _save_finished(trained, out, strategy)
-
-
-def read_lines(path):
-    """Non-empty lines of a UTF-8 text file, for language modelling."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file; give a UTF-8 text file, one passage a line.")
-    try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: not UTF-8 text; re-save the file as UTF-8.") from None
-    lines = [line for line in lines if line]
-    if not lines:
-        raise DataError(f"{path}: holds no text.")
-    return lines
 
 
 def train_language_model(lines, out, config=None, verbose=1, overwrite=False):

@@ -24,8 +24,8 @@ import math
 
 import tensorflow as tf
 
+from kformer.data.text import END_ID, PAD_ID, START_ID
 from kformer.layers import make_padding_mask
-from kformer.text import END_ID, PAD_ID, START_ID
 
 _NEG_INF = -1e9
 

@@ -41,11 +41,11 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from kformer.choices import FORMATS, QUANTIZATIONS
-from kformer.generator import Generator
+from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
+from kformer.deploy import FORMATS, QUANTIZATIONS
+from kformer.inference.generator import Generator
+from kformer.inference.translator import Translator, padded_tokens
 from kformer.model_dir import TrainedModel, load, umask
-from kformer.text import RESERVED_TOKENS, SPACING_RULES
-from kformer.translator import Translator, padded_tokens
 
 EXAMPLE_SENTENCES = ["the black cat sleeps", "the cats that the girl sees sleep"]
 
@@ -200,7 +200,7 @@ def _run(args, what):
 
 
 def _tflite(saved, signature, output, quantize=None, custom_ops=False):
-    args = [sys.executable, "-m", "kformer.tflite_converter", str(saved), signature, str(output)]
+    args = [sys.executable, "-m", "kformer.deploy.tflite_converter", str(saved), signature, str(output)]
     args += (["--quantize", quantize] if quantize else []) + (["--custom-ops"] if custom_ops else [])
     _run(args, f"TFLite conversion of {signature}")
 
@@ -283,7 +283,7 @@ def _write_onnx(job):
 
 
 def _write_ctranslate2(job):
-    from kformer.ctranslate2_spec import write_ctranslate2
+    from kformer.deploy.ctranslate2_spec import write_ctranslate2
 
     for quantize in (None, *job.quantize):
         job.say(f"Converting to CTranslate2{f' ({quantize})' if quantize else ''} ...")
@@ -291,7 +291,7 @@ def _write_ctranslate2(job):
         write_ctranslate2(job.trained, job.staging / f"ctranslate2{suffix}", quantization=quantize)
 
 
-# One writer per format: a new format is a function here and a name in kformer.choices.FORMATS.
+# One writer per format: a new format is a function here and a name in kformer.deploy.FORMATS.
 WRITERS = {
     "saved_model": _write_saved_model,
     "tflite": _write_tflite,
@@ -338,7 +338,7 @@ def export(
     Args:
         model: a model directory or a loaded `TrainedModel`.
         out: the export directory to create (must not exist, or be empty).
-        formats: any of `kformer.choices.FORMATS`: "saved_model", "tflite", "onnx", "ctranslate2".
+        formats: any of `kformer.deploy.FORMATS`: "saved_model", "tflite", "onnx", "ctranslate2".
         quantize: TFLite and CTranslate2 variants to add: "float16", "int8" (int8 weights).
         name, version: the TF Serving model name and version directory.
         beam_size: the decoding a translator's artifacts run (1 = greedy).

@@ -27,7 +27,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from kformer.data import make_dataset
+from kformer.data.pipeline import make_dataset
+from kformer.data.text import END_ID, PAD_ID, START_ID
 from kformer.layers import (
     CrossAttention,
     MultiHeadSelfAttention,
@@ -37,8 +38,7 @@ from kformer.layers import (
 )
 from kformer.layers.attention import key_padding_mask
 from kformer.model import build_transformer
-from kformer.text import END_ID, PAD_ID, START_ID
-from kformer.training import MaskedAccuracy, MaskedSparseCrossEntropy
+from kformer.training.objectives import MaskedAccuracy, MaskedSparseCrossEntropy
 
 STAGES = {
     1: "average of the source embeddings -> linear",
@@ -180,7 +180,7 @@ def compile_mvp(model, learning_rate=1e-3, jit_compile=False):
 def stage_dataset(model, pairs, source_tokenizer, target_tokenizer, **batching):
     """`make_dataset`'s batches shaped for `model`: the first target token alone for stages 1-3.
 
-    Keyword arguments go to `kformer.data.make_dataset` (batch_size, max_length, shuffle, seed, ...).
+    Keyword arguments go to `kformer.data.pipeline.make_dataset` (batch_size, max_length, shuffle, seed, ...).
     """
     dataset = make_dataset(pairs, source_tokenizer, target_tokenizer, **batching)
     if reads_whole_target(model):
@@ -195,7 +195,7 @@ def _encoder_tokens(sentences, source_tokenizer, max_length):
 def greedy_decode(model, encoder_tokens, max_length):
     """Decodes one token at a time, re-running the whole model on the prefix at every step.
 
-    This is the seed's inference, plain: no cache (`kformer.decoding` is the
+    This is the seed's inference, plain: no cache (`kformer.inference.decoding` is the
     fast path for trained Transformers). Works for any stage 4-8 model.
 
     Args:

@@ -3,7 +3,7 @@
 `kformer walkthrough` prints these so a learner can hold the seed in one
 hand and the numbers in the other: every value printed in the seed comes out
 of kformer's code: `MultiHeadSelfAttention` (its projections and output), the
-attention core (`attention_scores`) and the stages of `kformer.mvp`.
+attention core (`attention_scores`) and the stages of `kformer.teaching.mvp`.
 """
 
 import keras
@@ -11,7 +11,7 @@ import numpy as np
 from keras import ops
 
 from kformer.layers import MultiHeadSelfAttention, attention_scores
-from kformer.mvp import DotProductSelfAttention, build_mvp
+from kformer.teaching.mvp import DotProductSelfAttention, build_mvp
 
 BUMRAH_TOKENS = ["Bumrah", "bowled", "it"]
 BUMRAH_X = np.array([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]], dtype="float32")
@@ -68,7 +68,7 @@ def seed_attention(w_q, w_k, w_v, x):
 
 
 def plain_attention(embeddings):
-    """Seed 003's Part 2 through `kformer.mvp.DotProductSelfAttention`: {"scores", "weights", "z"}."""
+    """Seed 003's Part 2 through `kformer.teaching.mvp.DotProductSelfAttention`: {"scores", "weights", "z"}."""
     e = np.asarray(embeddings, "float32")
     z, weights = DotProductSelfAttention()(e[None], return_attention_scores=True)
     return {

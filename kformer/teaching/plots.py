@@ -6,28 +6,6 @@ matplotlib backend alone (a notebook keeps showing its plots inline).
 """
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
-
-def learning_curves(history, path):
-    """Saves loss and token accuracy per epoch, training against validation, as a PNG."""
-    figure = Figure(figsize=(10, 4))
-    loss_axis, accuracy_axis = figure.subplots(1, 2)
-    for axis, metric, label in [
-        (loss_axis, "loss", "loss (label-smoothed)"),
-        (accuracy_axis, "accuracy", "token accuracy"),
-    ]:
-        epochs = range(1, len(history.get(metric, [])) + 1)
-        axis.plot(epochs, history.get(metric, []), marker="o", label="train")
-        if f"val_{metric}" in history:
-            axis.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
-        axis.set_xlabel("epoch")
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.set_title(label)
-        axis.grid(alpha=0.3)
-        axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
 
 
 def attention_weights(trained, sentence, max_length=None):
@@ -45,9 +23,9 @@ def attention_weights(trained, sentence, max_length=None):
     import numpy as np
     import tensorflow as tf
 
-    from kformer.decoding import decode
+    from kformer.data.text import END_ID, START_ID
+    from kformer.inference.decoding import decode
     from kformer.layers import make_padding_mask
-    from kformer.text import END_ID, START_ID
 
     if trained.kind != "translator":
         raise ValueError(f"attention maps are drawn for a translator; this model is a {trained.kind}.")

@@ -1,8 +1,8 @@
 """Converts one signature of a SavedModel to TFLite, builtin ops only; run as a program.
 
-    python -m kformer.tflite_converter SAVED_MODEL SIGNATURE OUTPUT [--quantize float16|int8] [--custom-ops]
+    python -m kformer.deploy.tflite_converter SAVED_MODEL SIGNATURE OUTPUT [--quantize float16|int8] [--custom-ops]
 
-`kformer.export` runs it in a subprocess for each file, because the TF 2.21
+`kformer.deploy.export` runs it in a subprocess for each file, because the TF 2.21
 converter leaks memory on every `convert()` call.
 """
 
@@ -11,7 +11,7 @@ import argparse
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops a string model holds)
 
-from kformer.choices import QUANTIZATIONS
+from kformer.deploy import QUANTIZATIONS
 
 
 def convert(saved_model, signature, quantize=None, custom_ops=False):

@@ -1,6 +1,6 @@
 """Generator: the decoder-only (GPT-style) model as text in, text out, in one tf.function.
 
-The same machinery as translation (`kformer.decoding`): one step function
+The same machinery as translation (`kformer.inference.decoding`): one step function
 over a key/value cache that grows by a position a step, inside a
 `tf.while_loop`. The prompt is read through the same step, a position at a
 time, and the continuation is chosen greedily or sampled (temperature,
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from kformer.decoding import _step_function, continue_prompts, sampler
+from kformer.data.text import END, utf8_batch
+from kformer.inference.decoding import _step_function, continue_prompts, sampler
+from kformer.inference.translator import padded_tokens
 from kformer.model_dir import TrainedModel, load
-from kformer.text import END, utf8_batch
-from kformer.translator import padded_tokens
 
 
 class Generator(tf.Module):

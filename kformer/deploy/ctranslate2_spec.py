@@ -20,8 +20,8 @@ import ctranslate2
 import numpy as np
 from ctranslate2.specs import common_spec, transformer_spec
 
+from kformer.data.text import END, START, UNK
 from kformer.layers.positional_embedding import sinusoidal_encoding
-from kformer.text import END, START, UNK
 
 # Rows of the position table: sources are cut to the model's max_length and
 # outputs are at most max_length tokens, so this is ample.

@@ -1,0 +1,56 @@
+"""What `import kformer` and `kformer --help` cost, this checkout against another, side by side.
+
+Each round runs every command once in a fresh process, checkouts alternating, so machine
+noise hits both alike; the table gives the median wall time of each. Give the other
+checkout with --other (for example `git worktree add /tmp/before HEAD~1`).
+
+    python bench/startup.py --other /tmp/before [--rounds 5]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+COMMANDS = {
+    "kformer --help": ["-m", "kformer", "--help"],
+    "import kformer": ["-c", "import kformer"],
+    "import kformer; load_model(layers.keras)": [
+        "-c",
+        "import kformer, keras; keras.saving.load_model('tests/data/release-0.1.0/layers.keras')",
+    ],
+}
+
+
+def seconds(checkout, arguments):
+    env = dict(os.environ, PYTHONPATH=str(checkout), TF_CPP_MIN_LOG_LEVEL="3")
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, *arguments], cwd=HERE, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    return elapsed if result.returncode == 0 else float("nan")  # nan: that checkout cannot do it
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--other", type=Path, required=True, help="another kformer checkout to compare with")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    checkouts = {"this": HERE, "other": args.other.resolve()}
+    times = {(who, name): [] for who in checkouts for name in COMMANDS}
+    for round_ in range(args.rounds):
+        for name, arguments in COMMANDS.items():
+            for who, checkout in checkouts.items():
+                times[who, name].append(seconds(checkout, arguments))
+        print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    print(f"| command | this checkout (s) | {args.other} (s) |\n| --- | --- | --- |")
+    for name in COMMANDS:
+        this, other = (statistics.median(times[who, name]) for who in checkouts)
+        print(f"| `{name}` | {this:.2f} | {other:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+"""The course's own code: what the notebooks and `kformer walkthrough` use beyond the package.
+
+- `mvp`: seed 003's eight stages as models, from averaging to N residual blocks.
+- `walkthrough`: the seeds' worked examples recomputed by the layers.
+- `plots`: attention heatmaps of a translation.
+"""

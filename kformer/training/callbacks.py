@@ -1,0 +1,267 @@
+"""Callbacks around model.fit: the time budget, checkpoint averaging, and the resumable backup."""
+
+import collections
+import contextlib
+import json
+import math
+import signal
+import threading
+import time
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from kformer.model_dir import write_atomically, write_json
+from kformer.training.objectives import BudgetSchedule
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once `minutes` of wall-clock time have passed (`spent_seconds` of them before a resume).
+
+    Checked after every batch; records the steps actually run, since Keras's
+    per-epoch ms/step is divided by the epoch's nominal length. When the
+    optimizer follows a `BudgetSchedule`, it also sets the schedule's
+    `total_steps` to the steps done plus those the remaining time allows at
+    the pace of the last `window` steps (validation pauses included), so the
+    learning rate reaches zero about when the time does.
+
+    Args:
+        schedule: the optimizer's schedule, when it is a `BudgetSchedule`.
+    """
+
+    def __init__(self, minutes, spent_seconds=0.0, schedule=None, window=200):
+        super().__init__()
+        self.seconds = minutes * 60.0
+        self.schedule = schedule if isinstance(schedule, BudgetSchedule) else None
+        self._most_steps = float(self.schedule.total_steps.numpy()) if self.schedule else None  # an epoch count's
+        self.steps = 0
+        self.elapsed = spent_seconds
+        self.expired = False
+        self._times = collections.deque(maxlen=window)
+
+    def on_train_begin(self, logs=None):
+        self._start = time.perf_counter() - self.elapsed
+        done = int(self.model.optimizer.iterations.numpy())
+        if self.schedule is not None and done and self.elapsed:  # a resumed run: its pace so far
+            self._estimate(done, self.elapsed / done)
+
+    def _estimate(self, done, seconds_per_step):
+        remaining = max(self.seconds - self.elapsed, 0.0) / max(seconds_per_step, 1e-6)
+        self.schedule.total_steps.assign(min(float(done + remaining + 1), self._most_steps))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.step_done(int(self.model.optimizer.iterations.numpy()), time.perf_counter() - self._start):
+            self.model.stop_training = True
+
+    def step_done(self, done, elapsed):
+        """Counts a step (`done` in all, after `elapsed` seconds of the run); returns True once time is up."""
+        self.steps += 1
+        self.elapsed = elapsed
+        self._times.append(elapsed)
+        if self.schedule is not None and len(self._times) >= 10:
+            self._estimate(done, (self._times[-1] - self._times[0]) / (len(self._times) - 1))
+        self.expired = self.elapsed >= self.seconds
+        return self.expired
+
+
+class CheckpointAverage(keras.callbacks.Callback):
+    """Puts the mean of the weights at the last `k` checkpoints into the model when training ends.
+
+    A checkpoint here is the weights every `every_steps` steps (when the run
+    writes its backup) and at the end, held in memory. The paper's base
+    models average their last 5 checkpoints, written every 10 minutes. With a
+    `keeper` (an object with `consider(weights) -> chrF`, such as
+    `BestTranslations`), the average is scored like an epoch and kept only if
+    it translates the validation pairs better; without one it is kept.
+    The checkpoints live in memory only: a run resumed after a kill averages
+    those taken since its restart (the keeper still holds the best epoch of
+    the whole run, so the average can only be kept if it beats that).
+
+    Args:
+        k: checkpoints to average (at least 2).
+        every_steps: steps between checkpoints.
+        keeper: what judges the average, or None.
+    """
+
+    def __init__(self, k, every_steps, keeper=None):
+        super().__init__()
+        if not (isinstance(k, int) and k >= 2):
+            raise ValueError(f"averaging takes at least 2 checkpoints, not {k!r}.")
+        self.every_steps = every_steps
+        self.keeper = keeper
+        self.checkpoints = collections.deque(maxlen=k)  # (step, weights)
+        self.chrf = None  # the average's validation chrF, when a keeper scored it
+
+    def _step(self):
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._step()
+        if step % self.every_steps == 0:
+            self.checkpoints.append((step, self.model.get_weights()))
+
+    def on_train_end(self, logs=None):
+        step = self._step()
+        if not self.checkpoints or self.checkpoints[-1][0] != step:
+            self.checkpoints.append((step, self.model.get_weights()))
+        if len(self.checkpoints) < 2:
+            return
+        snapshots = [weights for _, weights in self.checkpoints]
+        average = [sum(values) / len(values) for values in zip(*snapshots, strict=True)]
+        if self.keeper is None:
+            self.model.set_weights(average)
+        else:
+            self.chrf = self.keeper.consider(average)
+
+
+class TrainingStopped(RuntimeError):
+    """Training stopped before its end; the message says why and how to go on."""
+
+
+class TrainingInterrupted(TrainingStopped):
+    """Ctrl-C: the state was saved and the same command resumes it."""
+
+
+class TrainingDiverged(TrainingStopped):
+    """The loss became NaN or infinite; the backup keeps the last good weights."""
+
+
+class DamagedBackup(ValueError):
+    """A backup's state.json or weights file cannot be read back."""
+
+
+class Backup(keras.callbacks.Callback):
+    """A resumable copy of a training run, and the run's guard against losing it.
+
+    Every `every_steps` steps and at each epoch's end it writes the weights
+    with the optimizer's state (step-N.weights.h5), then where the run was
+    (state.json: epoch, step, seconds spent, and the weights file's name),
+    then deletes older weights files. Each file is written atomically and
+    state.json names its weights, so a process killed at any moment leaves
+    a state and weights of the same step. `restore` puts a run back before
+    `fit`; an epoch cut short is run again from its start.
+
+    It also guards the run, inside `guard_interrupts()`:
+    - Ctrl-C (SIGINT) saves at the end of the current step and raises
+      `TrainingInterrupted` (a second Ctrl-C stops at once, unsaved);
+    - a non-finite loss raises `TrainingDiverged` without saving, and no
+      weights are saved unless all are finite, so the copy on disk is the
+      last good state.
+
+    Args:
+        directory: where the copy lives (created when first needed).
+        every_steps: steps between copies, besides each epoch's end.
+    """
+
+    def __init__(self, directory, every_steps=500):
+        super().__init__()
+        self.directory = Path(directory)
+        self.every_steps = every_steps
+        self.epoch = 0
+        self.seconds = 0.0
+        self.restored_step = None  # the step a resumed run goes on from
+        self._interrupted = False
+        self._started = None
+
+    @property
+    def _state_path(self):
+        return self.directory / "state.json"
+
+    def restore(self, model):
+        """Loads a saved run into `model` (built and compiled).
+
+        Returns:
+            The epoch to start at (0 when there is nothing to resume).
+
+        Raises:
+            DamagedBackup: state.json or the weights it names cannot be read.
+            ValueError: the weights are of a model of another shape.
+        """
+        if not self._state_path.is_file():
+            return 0
+        try:
+            state = json.loads(self._state_path.read_text())
+            # Backups written before state.json named its weights kept them in latest.weights.h5.
+            weights = self.directory / state.get("weights", "latest.weights.h5")
+            epoch, seconds, step = int(state["epoch"]), float(state["seconds"]), int(state["step"])
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise DamagedBackup(f"{self._state_path}: not a backup's state ({error!r})") from None
+        if not weights.is_file():
+            raise DamagedBackup(f"{weights}: missing, though {self._state_path.name} names it")
+        with model.distribute_strategy.scope():
+            model.optimizer.build(model.trainable_variables)
+        try:
+            model.load_weights(weights)
+        except OSError as error:  # h5py: not an HDF5 file, or a truncated one
+            raise DamagedBackup(f"{weights}: cannot be read ({error})") from None
+        self.epoch, self.seconds, self.restored_step = epoch, seconds, step
+        return self.epoch
+
+    @contextlib.contextmanager
+    def guard_interrupts(self):
+        """Turns the first Ctrl-C into "save at the end of this step and stop" (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def interrupt(signum, frame):
+            self._interrupted = True
+            signal.signal(signal.SIGINT, previous)  # a second Ctrl-C acts at once
+
+        previous = signal.signal(signal.SIGINT, interrupt)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def on_train_begin(self, logs=None):
+        self._started = time.perf_counter() - self.seconds
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = float((logs or {}).get("loss", 0.0))
+        if not math.isfinite(loss):
+            step = int(self.model.optimizer.iterations.numpy())
+            saved = self._saved_step()
+            kept = f"the last good weights are in {self.directory} (step {saved:,})" if saved else "nothing was saved"
+            raise TrainingDiverged(
+                f"the loss became {loss} at step {step:,}; training stopped and {kept}. "
+                "Lower --learning-rate-scale or set --clipnorm and run again with the same --out to go on from there."
+            )
+        if self._interrupted:
+            self._stop(self.epoch)
+        if (batch + 1) % self.every_steps == 0:
+            self.save(self.epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.save(epoch + 1)
+        if self._interrupted:
+            self._stop(epoch + 1)
+
+    def _stop(self, epoch):
+        self.save(epoch)
+        raise TrainingInterrupted(
+            f"interrupted at step {self._saved_step():,}; the run is saved in {self.directory}. "
+            "Run the same command again to resume it."
+        )
+
+    def _saved_step(self):
+        if not self._state_path.is_file():
+            return 0
+        return json.loads(self._state_path.read_text())["step"]
+
+    def save(self, epoch):
+        """Writes the copy, unless a weight is not finite (then the last good copy stays)."""
+        if not all(bool(tf.reduce_all(tf.math.is_finite(w))) for w in self.model.trainable_weights):
+            return
+        self.seconds = time.perf_counter() - self._started
+        step = int(self.model.optimizer.iterations.numpy())
+        weights = f"step-{step}.weights.h5"
+        write_atomically(self.directory / weights, self.model.save_weights)
+        write_json(self._state_path, {"epoch": epoch, "step": step, "seconds": self.seconds, "weights": weights})
+        for path in self.directory.iterdir():  # older copies, and what killed writes left of them
+            if path.name.endswith(".weights.h5") and path.name != weights:
+                path.unlink(missing_ok=True)
