@@ -21,15 +21,15 @@ COMMANDS = {
     "import kformer": ["-c", "import kformer"],
     "import kformer; load_model(layers.keras)": [
         "-c",
-        "import kformer, keras; keras.saving.load_model('tests/data/release-0.1.0/layers.keras')",
+        f"import kformer, keras; keras.saving.load_model({str(HERE / 'tests/data/release-0.1.0/layers.keras')!r})",
     ],
 }
 
 
 def seconds(checkout, arguments):
     env = dict(os.environ, PYTHONPATH=str(checkout), TF_CPP_MIN_LOG_LEVEL="3")
-    started = time.perf_counter()
-    result = subprocess.run([sys.executable, *arguments], cwd=HERE, env=env, capture_output=True, text=True)
+    started = time.perf_counter()  # in the checkout: python puts the working directory first on sys.path
+    result = subprocess.run([sys.executable, *arguments], cwd=checkout, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     return elapsed if result.returncode == 0 else float("nan")  # nan: that checkout cannot do it
 
