@@ -9,7 +9,7 @@ from pathlib import Path
 
 import kformer
 from kformer.deploy import FORMATS, QUANTIZATIONS
-from kformer.training.config import SCHEDULES, STRATEGIES, TASKS
+from kformer.training.config import TASKS, flags
 
 DEMO_CONFIG = dict(
     d_model=128,
@@ -247,64 +247,13 @@ def _positive_int(text):
 
 
 def _add_training_flags(parser):
+    """A flag for each `TrainingConfig` setting, with the field's help; one --vocab-size for both sides; --no-xla."""
     group = parser.add_argument_group("model and training (defaults: the paper's recipe at small scale)")
-    group.add_argument("--minutes", type=float, help="wall-clock training budget")
-    group.add_argument("--epochs", type=int, help="number of epochs (without --minutes: 10)")
-    group.add_argument("--d-model", dest="d_model", type=int)
-    group.add_argument("--num-heads", dest="num_heads", type=int)
-    group.add_argument("--num-layers", dest="num_layers", type=int)
-    group.add_argument("--d-ff", dest="d_ff", type=int)
-    group.add_argument("--dropout", type=float)
-    group.add_argument("--norm-first", dest="norm_first", action="store_const", const=True, help="pre-LN blocks")
-    group.add_argument("--tie-embeddings", dest="tie_embeddings", action="store_const", const=True)
-    group.add_argument(
-        "--shared-vocab",
-        dest="shared_vocab",
-        action="store_const",
-        const=True,
-        help="one vocabulary for both languages and one embedding table for encoder, decoder and output",
-    )
-    group.add_argument("--vocab-size", dest="vocab_size", type=int, help="WordPiece vocabulary size per side")
-    group.add_argument("--max-length", dest="max_length", type=int, help="tokens kept per sentence")
-    group.add_argument("--batch-size", dest="batch_size", type=int, help="sentences a batch (default: 64)")
-    group.add_argument(
-        "--batch-tokens", dest="batch_tokens", type=int, help="batches of this many padded tokens a side instead"
-    )
-    group.add_argument("--label-smoothing", dest="label_smoothing", type=float)
-    group.add_argument(
-        "--schedule",
-        choices=SCHEDULES,
-        help="budget: warmup, then linear decay to zero when --minutes or --epochs end (default); "
-        "noam: the paper's 1/sqrt(step)",
-    )
-    group.add_argument("--warmup-steps", dest="warmup_steps", type=int)
-    group.add_argument("--ema", type=float, help="keep and save a moving average of the weights with this decay")
-    group.add_argument(
-        "--average",
-        type=int,
-        metavar="K",
-        help="end with the mean of the last K checkpoints (every --backup-steps), if it translates validation better",
-    )
-    group.add_argument(
-        "--init-from", dest="init_from", help="a trained translator's directory to start from (fine-tuning)"
-    )
-    group.add_argument(
-        "--learning-rate-scale", dest="learning_rate_scale", type=float, help="multiplies the schedule's rate"
-    )
-    group.add_argument("--clipnorm", type=float, help="clip each gradient to this global norm")
-    group.add_argument(
-        "--backup-steps", dest="backup_steps", type=int, help="steps between resumable backups (default: 500)"
-    )
-    group.add_argument("--steps-per-epoch", dest="steps_per_epoch", type=int)
-    group.add_argument("--seed", type=int)
-    group.add_argument("--strategy", choices=STRATEGIES)
-    group.add_argument(
-        "--mixed-precision",
-        dest="mixed_precision",
-        action="store_const",
-        const=True,
-        help="float16 (GPU) or bfloat16 (CPU, TPU) compute",
-    )
+    for name, kind, default, text, choices in flags():
+        text += "" if default is None or default is False else f" (default: {default})"
+        switch = dict(action="store_const", const=True) if kind is bool else dict(type=kind, choices=choices)
+        group.add_argument("--" + name.replace("_", "-"), dest=name, help=text, **switch)
+    group.add_argument("--vocab-size", type=int, help="WordPiece vocabulary size per side (default: 8000)")
     group.add_argument(
         "--no-xla",
         dest="jit_compile",

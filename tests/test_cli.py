@@ -1,10 +1,12 @@
 """The `kformer` command line."""
 
+import dataclasses
 import json
 
 import pytest
 
-from kformer.cli import main
+from kformer.cli import _config, build_parser, main
+from kformer.training.config import ARCHITECTURE, TrainingConfig
 
 
 def test_walkthrough_prints_the_seeds_numbers(capsys):
@@ -95,3 +97,32 @@ def test_training_twice_into_one_directory_refuses_then_overwrites(tmp_path, cap
     assert (out / "model.keras").stat().st_mtime_ns == before  # untouched
     assert main(argv + ["--overwrite"]) == 0
     assert (out / "training" / "history.csv").read_text().count("\n") == 3  # a header and one row per epoch
+
+
+# A value unlike each default, per setting type; the two vocabulary sizes and jit_compile have flags of their own.
+FLAG_VALUES = {int: ("3", 3), float: ("0.5", 0.5), bool: (None, True)}
+CHOICES = {"schedule": ("noam", "noam"), "strategy": ("mirrored", "mirrored"), "init_from": ("base", "base")}
+
+
+FLAGGED = [field for field in dataclasses.fields(TrainingConfig) if field.metadata["flag"]]
+
+
+@pytest.mark.parametrize("field", FLAGGED, ids=lambda field: field.name)
+def test_every_training_setting_is_a_flag_that_reaches_the_config(field):
+    if field.name in CHOICES:
+        text, value = CHOICES[field.name]
+    else:  # int, float, bool, or one of them | None
+        typed = field.type if field.type in FLAG_VALUES else next(t for t in field.type.__args__ if t is not type(None))
+        text, value = FLAG_VALUES[typed]
+    flag = ["--" + field.name.replace("_", "-")] + ([text] if text is not None else [])
+    args = build_parser().parse_args(["train", "--data", "builtin", "--out", "x", *flag])
+    overrides = {"d_model": 6, "num_heads": 3} if field.name in ("d_model", "num_heads") else {}  # heads divide D
+    config = _config(args, **overrides)
+    assert getattr(config, field.name) == value != field.default
+
+
+def test_vocab_size_and_no_xla_set_their_settings():
+    args = build_parser().parse_args(["train", "--data", "builtin", "--out", "x", "--vocab-size", "300", "--no-xla"])
+    config = _config(args)
+    assert (config.source_vocab_size, config.target_vocab_size, config.jit_compile) == (300, 300, False)
+    assert set(ARCHITECTURE) <= {field.name for field in FLAGGED}

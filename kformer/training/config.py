@@ -3,7 +3,9 @@
 Light on purpose (no TensorFlow): the CLI builds its flags from these fields.
 """
 
+import dataclasses
 import numbers
+import typing
 from dataclasses import dataclass
 
 STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
@@ -23,6 +25,11 @@ class ConfigError(ValueError):
     def describe(self, name):
         """The message with the setting called `name` (the CLI passes its flag)."""
         return f"{name} {self.rule}" + ("." if self.value is None else f", not {self.value!r}.")
+
+
+def _setting(default, help=None, flag=True, choices=None):
+    """A `TrainingConfig` field; its `help` and `choices` become the CLI's flag (`flag=False`: no flag of its own)."""
+    return dataclasses.field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
 
 
 def _is_int(value):
@@ -47,36 +54,44 @@ class TrainingConfig:
     Settings out of range raise `ConfigError` when the config is made, before any work.
     """
 
-    d_model: int = 256
-    num_heads: int = 8
-    num_layers: int = 2
-    d_ff: int = 1024
-    dropout: float = 0.1
-    norm_first: bool = False
-    tie_embeddings: bool = False
-    shared_vocab: bool = False
-    source_vocab_size: int = 8000
-    target_vocab_size: int = 8000
-    max_length: int = 40
-    batch_size: int = 64
-    batch_tokens: int | None = None
-    label_smoothing: float = 0.1
-    schedule: str = "budget"
-    warmup_steps: int = 4000
-    learning_rate_scale: float = 1.0
-    clipnorm: float | None = None
-    ema: float | None = None
-    average: int | None = None
-    epochs: int | None = None
-    minutes: float | None = None
-    steps_per_epoch: int | None = None
-    patience: int = 5
-    backup_steps: int = 500
-    seed: int = 0
-    jit_compile: bool | None = None
-    strategy: str = "default"
-    mixed_precision: bool = False
-    init_from: str | None = None
+    d_model: int = _setting(256, "D, the model width")
+    num_heads: int = _setting(8, "H, attention heads per layer")
+    num_layers: int = _setting(2, "N, layers in the encoder and in the decoder")
+    d_ff: int = _setting(1024, "the feed-forward hidden width")
+    dropout: float = _setting(0.1, "dropout rate while training")
+    norm_first: bool = _setting(False, "pre-LN blocks")
+    tie_embeddings: bool = _setting(False, "the target embedding as the output projection")
+    shared_vocab: bool = _setting(
+        False, "one vocabulary for both languages and one embedding table for encoder, decoder and output"
+    )
+    source_vocab_size: int = _setting(8000, flag=False)  # both sides: the CLI's --vocab-size
+    target_vocab_size: int = _setting(8000, flag=False)
+    max_length: int = _setting(40, "tokens kept per sentence")
+    batch_size: int = _setting(64, "sentences a batch")
+    batch_tokens: int | None = _setting(None, "batches of this many padded tokens a side instead")
+    label_smoothing: float = _setting(0.1, "the label smoothing of the loss")
+    schedule: str = _setting(
+        "budget",
+        "budget: warmup, then linear decay to zero when --minutes or --epochs end; noam: the paper's 1/sqrt(step)",
+        choices=SCHEDULES,
+    )
+    warmup_steps: int = _setting(4000, "steps of linear warmup to the paper's peak rate")
+    learning_rate_scale: float = _setting(1.0, "multiplies the schedule's rate")
+    clipnorm: float | None = _setting(None, "clip each gradient to this global norm")
+    ema: float | None = _setting(None, "keep and save a moving average of the weights with this decay")
+    average: int | None = _setting(
+        None, "end with the mean of the last K checkpoints (every --backup-steps), if it translates validation better"
+    )
+    epochs: int | None = _setting(None, "number of epochs (without --minutes: 10)")
+    minutes: float | None = _setting(None, "wall-clock training budget")
+    steps_per_epoch: int | None = _setting(None, "steps an epoch (default: one pass over the training split)")
+    patience: int = _setting(5, "epochs without a better validation chrF before stopping early")
+    backup_steps: int = _setting(500, "steps between resumable backups")
+    seed: int = _setting(0, "the seed of initialisation, dropout and shuffling")
+    jit_compile: bool | None = _setting(None, flag=False)  # None: XLA unless bfloat16 on a CPU; the CLI's --no-xla
+    strategy: str = _setting("default", "the tf.distribute strategy", choices=STRATEGIES)
+    mixed_precision: bool = _setting(False, "float16 (GPU) or bfloat16 (CPU, TPU) compute")
+    init_from: str | None = _setting(None, "a trained translator's directory to start from (fine-tuning)")
 
     def __post_init__(self):
         for name in _COUNTS + [n for n in _OPTIONAL_COUNTS if getattr(self, n) is not None]:
@@ -112,3 +127,14 @@ class TrainingConfig:
         if self.shared_vocab:  # one table for encoder input, decoder input and output: the paper's section 3.4
             settings.update(share_embeddings=True, tie_embeddings=True)
         return settings
+
+
+def flags():
+    """(name, type, default, help, choices) of each setting the CLI offers as `--name`, in the config's order.
+
+    The type is the field's without None: bool (a switch), int, float or str.
+    """
+    for field in dataclasses.fields(TrainingConfig):
+        if field.metadata["flag"]:
+            kind = next(t for t in typing.get_args(field.type) or (field.type,) if t is not type(None))
+            yield field.name, kind, field.default, field.metadata["help"], field.metadata["choices"]
