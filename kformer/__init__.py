@@ -72,7 +72,7 @@ _EXPORTS = {
     "Generator": "kformer.inference.generator",
     "export": "kformer.deploy.export",
 }
-_SUBPACKAGES = {"cli", "data", "deploy", "inference", "layers", "model", "model_dir", "teaching", "training"}
+_SUBMODULES = {"cli", "data", "deploy", "inference", "layers", "model", "model_dir", "teaching", "training"}
 
 __all__ = sorted(_EXPORTS)
 
@@ -100,7 +100,7 @@ def __getattr__(name):
     """Imports a public name's module on first use (PEP 562)."""
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif name in _SUBPACKAGES:
+    elif name in _SUBMODULES:
         value = importlib.import_module(f"kformer.{name}")
     else:
         raise AttributeError(f"module 'kformer' has no attribute {name!r}")
@@ -109,7 +109,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__) | _SUBPACKAGES)
+    return sorted(set(globals()) | set(__all__) | _SUBMODULES)
 
 
 if not _started_as_command():

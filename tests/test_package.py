@@ -25,7 +25,7 @@ KERAS_OBJECTS = [
 @pytest.mark.parametrize("imports", ["import kformer, keras", "import keras, kformer"])
 def test_import_kformer_registers_every_keras_object_in_either_order(imports, tmp_path):
     code = f"""
-    import json, os, sys
+    import json, os
     os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
     {imports}
     missing = [n for n in {KERAS_OBJECTS!r} if keras.saving.get_registered_object("kformer>" + n) is None]

@@ -1,9 +1,9 @@
 """Whole jobs, end to end: train a translator, train a language model.
 
-Both run one sequence (`_train`): the strategy, seeds and precision; the
-vocabularies; the model built and compiled under the strategy; model.fit
-with the backup, the budget and (for a translator) the keeper of the best
-translations; the model directory saved on the chief. The CLI is a thin
+Each sets up the strategy, seeds and precision; learns the vocabularies;
+builds and compiles the model under the strategy; runs model.fit with the
+backup, the budget and (for a translator) the keeper of the best
+translations; and saves the model directory on the chief. The CLI is a thin
 layer over these; notebooks and scripts call them directly.
 """
 
