@@ -172,47 +172,40 @@ class Decoder(_Stack):
         x = self._run_stack(decoder_tokens, context, context_padding_mask, training)  # (B, T, D)
         return self.logits(x)
 
-    def initial_cache(self, batch_size, context=None, length=None):
-        """An empty KV cache: one dict per block.
+    def empty_cache(self, batch_size, length):
+        """The self-attention KV caches for decoding: per block, zero `(key, value)` `(batch_size, H, length, K)`."""
+        return [block.self_attention.empty_cache(batch_size, length) for block in self.blocks]
 
-        Self-attention keys and values start with no positions,
-        `(batch_size, H, 0, K)`, and grow by one per `decode_step`; with
-        `length`, they are fixed buffers `(batch_size, H, length, K)` of zeros
-        that `decode_step(..., position=t)` writes into (what XLA compiles);
-        cross-attention keys and values of `context` `(B, S, D)` are computed
-        here, once per source (`batch_size` may be B times a beam size).
-        """
-        cache = []
-        for block in self.blocks:
-            attention = block.self_attention
-            shape = (batch_size, attention.num_heads, length or 0, attention.head_dim)
-            empty = ops.zeros(shape, attention.compute_dtype)
-            entry = {"key": empty, "value": empty}
-            if self.cross_attention:
-                entry.update(block.cross_attention_cache(context))
-            cache.append(entry)
-        return cache
+    def context_cache(self, context):
+        """Per block, the cross-attention `(key, value)` of the encoder output `(B, S, D)`: computed once per source."""
+        return [tuple(block.cross_attention_layer.project(context, "key", "value")) for block in self.blocks]
 
-    def decode_step(self, token, cache, context_padding_mask=None, position=None):
-        """The logits for the token after `token`, using and extending the cache.
+    def decode_step(self, token, position, cache, context_cache=None, context_padding_mask=None):
+        """The logits for the token after `token`, writing its keys and values into the cache.
 
         Args:
-            token: int32 `(B, 1)`, the newest token; its position is the
-                number of positions the cache holds.
-            cache: from `initial_cache` or the previous `decode_step`.
-            context_padding_mask: optional bool, one row per sentence of the
-                cross-attention cache.
-            position: for a fixed-size cache (`initial_cache(length=...)`),
-                the position of `token`; None for a growing cache.
+            token: int32 `(B, 1)`, the token at `position`.
+            position: scalar int, where `token` stands (0 for [START]).
+            cache: from `empty_cache` or the previous `decode_step`.
+            context_cache: from `context_cache`, for a decoder with cross-attention; it
+                may hold one row for every n rows of `token` (a sentence's beams).
+            context_padding_mask: optional bool `(B_context, S)`, True at real source tokens.
 
         Returns:
             `(logits (B, V) float32, cache)`.
         """
-        index = ops.shape(cache[0]["key"])[2] if position is None else position  # positions so far
-        x = self.embedding(token, start_position=index)  # (B, 1, D)
+        x = self.embedding(token, start_position=position)  # (B, 1, D)
+        context_cache = context_cache or [None] * len(self.blocks)
         new_cache = []
-        for block, block_cache in zip(self.blocks, cache, strict=True):
-            x, block_cache = block.decode_step(x, block_cache, context_padding_mask, position)
+        for block, block_cache, block_context in zip(self.blocks, cache, context_cache, strict=True):
+            x, block_cache = block(
+                x,
+                context_padding_mask=context_padding_mask,
+                training=False,
+                cache=block_cache,
+                cache_index=position,
+                context_cache=block_context,
+            )
             new_cache.append(block_cache)
         if self.final_norm is not None:
             x = self.final_norm(x)

@@ -38,7 +38,7 @@ def test_cached_and_uncached_decoding_give_identical_tokens(random_model, traine
         np.testing.assert_array_equal(to_numpy(cached), to_numpy(uncached))
 
 
-def assert_steps_equal_the_full_decoder(model, buffer_length=None, seed=1):
+def assert_steps_equal_the_full_decoder(model, buffer_length, seed=1):
     """The cache's logits at every position match one teacher-forced decoder pass."""
     encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
     source = random_tokens(2, 5)
@@ -48,15 +48,16 @@ def assert_steps_equal_the_full_decoder(model, buffer_length=None, seed=1):
     mask = make_padding_mask(source)
     context = encoder(source)
     full = to_numpy(decoder(target, context=context, context_padding_mask=mask))
-    step, cache = _step_function(decoder, context, mask, 1, use_cache=True, buffer_length=buffer_length)
-    assert cache[0]["key"].shape[2] == (buffer_length or 0)
+    step, cache = _step_function(decoder, context, mask, 1, use_cache=True, rows=2, length=buffer_length)
+    assert [key.shape[2] for key, _ in cache] == [buffer_length] * len(decoder.blocks)
     for t in range(7):
         logits, cache = step(tf.constant(target), tf.constant(t), cache)
         np.testing.assert_allclose(to_numpy(logits), full[:, t], atol=1e-4)
 
 
 def test_cached_step_logits_equal_the_full_decoder(random_model):
-    assert_steps_equal_the_full_decoder(random_model)
+    """A cache of exactly the 7 positions decoded."""
+    assert_steps_equal_the_full_decoder(random_model, buffer_length=7)
 
 
 def test_beam_of_one_is_greedy(random_model):
@@ -65,9 +66,9 @@ def test_beam_of_one_is_greedy(random_model):
     mask = make_padding_mask(source)
     context = encoder(source)
     done = tf.zeros([3], tf.bool)
-    step, state = _step_function(decoder, context, mask, 1, use_cache=True)
+    step, state = _step_function(decoder, context, mask, 1, use_cache=True, rows=3, length=10)
     greedy = greedy_search(step, state, done, 10)
-    step, state = _step_function(decoder, context, mask, 1, use_cache=True)
+    step, state = _step_function(decoder, context, mask, 1, use_cache=True, rows=3, length=10)
     beam = beam_search(step, state, done, 10, beam_size=1, length_penalty=0.6)
     np.testing.assert_array_equal(to_numpy(beam), to_numpy(greedy))
 
@@ -219,5 +220,5 @@ def test_xla_loop_over_fixed_buffers_gives_the_plain_loops_tokens(random_model, 
 
 
 def test_fixed_buffer_steps_equal_the_full_decoder(random_model):
-    """The same with the fixed-size cache XLA decodes with: 9 positions, written one at a time."""
+    """The same with a cache longer than the positions decoded (XLA's buffers): 9 positions, 7 written."""
     assert_steps_equal_the_full_decoder(random_model, buffer_length=9, seed=2)

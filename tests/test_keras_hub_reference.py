@@ -66,3 +66,39 @@ def test_decoder_block_equals_keras_hub_transformer_decoder(norm_first):
     ours.set_weights(theirs.get_weights())  # the same order: self-attention, cross-attention, feed-forward
     actual = to_numpy(ours(x, context=context, padding_mask=padding_mask, context_padding_mask=context_padding_mask))
     np.testing.assert_allclose(actual[padding_mask], expected[padding_mask], atol=2e-5)
+
+
+def test_cached_attention_equals_keras_hub_cached_multi_head_attention():
+    """Decoding one position at a time: kformer's fixed-size KV cache against keras-hub's, same weights."""
+    from kformer import CrossAttention, MultiHeadSelfAttention
+
+    rng = np.random.default_rng(3)
+    steps, slots = 6, 8
+    x = rng.normal(size=(2, steps, D)).astype("float32")
+    context = rng.normal(size=(2, 5, D)).astype("float32")
+    theirs = keras_hub.layers.CachedMultiHeadAttention(HEADS, D // HEADS)
+    theirs(x, x)  # builds it
+    theirs.set_weights([rng.normal(size=w.shape).astype("float32") for w in theirs.get_weights()])
+    ours_self = MultiHeadSelfAttention(HEADS, D, causal=True)
+    ours_cross = CrossAttention(HEADS, D)
+    ours_self.build(x.shape)
+    ours_cross.build(x.shape, context.shape)
+    ours_self.set_weights(theirs.get_weights())
+    ours_cross.set_weights(theirs.get_weights())
+
+    their_cache = keras.ops.zeros((2, 2, slots, HEADS, D // HEADS))  # (B, key|value, L, H, K)
+    our_cache = ours_self.empty_cache(2, slots)
+    context_cache = tuple(ours_cross.project(context, "key", "value"))
+    for t in range(steps):
+        step = x[:, t : t + 1]
+        visible = (np.arange(slots) <= t)[None, None, :]  # (1, 1, L): keras-hub leaves this mask to its caller
+        expected, their_cache = theirs(step, step, attention_mask=visible, cache=their_cache, cache_update_index=t)
+        actual, our_cache = ours_self(step, cache=our_cache, cache_index=t)
+        np.testing.assert_allclose(to_numpy(actual), to_numpy(expected), atol=1e-5)
+        for ours, theirs_part in zip(our_cache, (their_cache[:, 0], their_cache[:, 1]), strict=True):
+            np.testing.assert_allclose(to_numpy(ours), to_numpy(keras.ops.transpose(theirs_part, (0, 2, 1, 3))))
+        their_context = keras.ops.stack(
+            [keras.ops.transpose(part, (0, 2, 1, 3)) for part in context_cache], axis=1
+        )  # (B, 2, S, H, K)
+        expected, _ = theirs(step, context, cache=their_context)
+        np.testing.assert_allclose(to_numpy(ours_cross(step, cache=context_cache)), to_numpy(expected), atol=1e-5)

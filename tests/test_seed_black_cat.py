@@ -87,15 +87,15 @@ def test_part2_unprojected_unscaled_self_attention():
 
 
 def test_part3_projections(projected):
-    key, value = projected.project_keys_values(EMBEDDINGS[None])
-    assert_two_decimals(projected.project_queries(EMBEDDINGS[None])[0, 0], PART3_QUERIES)
+    key, value = projected.project(EMBEDDINGS[None], "key", "value")
+    assert_two_decimals(projected.project(EMBEDDINGS[None], "query")[0][0, 0], PART3_QUERIES)
     assert_two_decimals(key[0, 0], PART3_KEYS)
     assert_two_decimals(value[0, 0], PART3_VALUES)
 
 
 def test_part3_scaled_attention_through_the_core(projected):
-    query = projected.project_queries(EMBEDDINGS[None])[0, 0]
-    key, value = (x[0, 0] for x in projected.project_keys_values(EMBEDDINGS[None]))
+    query = projected.project(EMBEDDINGS[None], "query")[0][0, 0]
+    key, value = (x[0, 0] for x in projected.project(EMBEDDINGS[None], "key", "value"))
     z, weights = scaled_dot_product_attention(query, key, value)
     assert_two_decimals(weights, PART3_WEIGHTS)
     assert_two_decimals(z, PART3_Z)

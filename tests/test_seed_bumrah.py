@@ -50,16 +50,16 @@ def test_multi_head_self_attention_reproduces_the_seed(seed_attention):
 
 
 def test_multi_head_self_attention_projects_to_the_printed_q_k_v(seed_attention):
-    query = seed_attention.project_queries(X[None])  # (1, 1, 3, 3)
-    key, value = seed_attention.project_keys_values(X[None])
+    query = seed_attention.project(X[None], "query")[0]  # (1, 1, 3, 3)
+    key, value = seed_attention.project(X[None], "key", "value")
     assert_as_printed(query[0, 0], Q, 0)
     assert_as_printed(key[0, 0], K, 0)
     assert_as_printed(value[0, 0], V, 0)
 
 
 def test_the_core_gives_every_printed_score_weight_and_output(seed_attention):
-    query = seed_attention.project_queries(X[None])[0, 0]  # (3, 3)
-    key, value = (x[0, 0] for x in seed_attention.project_keys_values(X[None]))
+    query = seed_attention.project(X[None], "query")[0][0, 0]  # (3, 3)
+    key, value = (x[0, 0] for x in seed_attention.project(X[None], "key", "value"))
     assert_as_printed(attention_scores(query, key)[0], TOKEN_1_SCALED_SCORES, 3)
     output, weights = scaled_dot_product_attention(query, key, value)
     assert_as_printed(weights, WEIGHTS, 4)

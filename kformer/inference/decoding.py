@@ -8,16 +8,18 @@ step re-runs the decoder over the whole prefix. Here:
 - the encoder runs once per source, and each decoder layer's cross-attention
   keys and values are computed from it once;
 - each decoder layer keeps a cache of its self-attention keys and values,
-  one position longer after every step, so a step computes only the newest
-  position (`use_cache=True`);
+  a fixed-size buffer that every step writes its position into, so a step
+  computes only the newest position (`use_cache=True`);
 - beam search keeps one copy of the source per sentence: a sentence's beams
   are extra queries of its cross-attention, not extra copies of its source;
+  the caches' beam bookkeeping (repeating, reordering) is all in this module;
 - the loop is a `tf.while_loop` over a fixed-shape token buffer
-  `(B, max_length + 1)` written by one-hot selects, and caches that grow by
-  concatenation: no Python loop per token, no retracing per length, and it
-  saves into a SavedModel and converts to TFLite and ONNX.
+  `(B, max_length + 1)` written by one-hot selects: no Python loop per token,
+  no retracing per length, every shape static when the lengths are (what XLA
+  compiles), and it saves into a SavedModel and converts to TFLite and ONNX.
 
-Greedy search and beam search share one step function, cached or not.
+Greedy search, beam search and prompt continuation share one step function,
+cached or not.
 """
 
 import math
@@ -36,23 +38,22 @@ def _write_column(tokens, column, values):
     return tf.where(tf.expand_dims(at_column, 0), tf.expand_dims(values, 1), tokens)
 
 
-def _step_function(decoder, context, source_padding_mask, beam_size, use_cache, rows=None, buffer_length=None):
-    """(step, initial_state): step(tokens, t, state) -> (logits of token t + 1 (B * beam, V), state).
+def _step_function(decoder, context, source_padding_mask, beam_size, use_cache, rows, length):
+    """(step, initial_state): step(tokens, t, state) -> (logits of token t + 1 (rows, V), state).
 
     `context` and `source_padding_mask` have one row per sentence; the step
-    takes `beam_size` rows of tokens per sentence (sentence-major). A
-    decoder-only model has no context: pass None for both, and the number of
-    `rows` of tokens. With `buffer_length` (a Python int), the cache is a
-    fixed-size buffer of that many positions, as XLA needs.
+    takes `rows` rows of tokens, `beam_size` per sentence (sentence-major).
+    A decoder-only model has no context: pass None for both. The cache holds
+    `length` positions (a Python int under XLA), at least the steps to run.
     """
     if use_cache:
+        context_cache = None if context is None else decoder.context_cache(context)
 
         def cached_step(tokens, t, cache):
-            token = tf.gather(tokens, tf.reshape(t, [1]), axis=1)  # (B * beam, 1): the token at position t
-            return decoder.decode_step(token, cache, source_padding_mask, None if buffer_length is None else t)
+            token = tf.gather(tokens, tf.reshape(t, [1]), axis=1)  # (rows, 1): the token at position t
+            return decoder.decode_step(token, t, cache, context_cache, source_padding_mask)
 
-        rows = tf.shape(context)[0] * beam_size if rows is None else rows
-        return cached_step, decoder.initial_cache(rows, context, buffer_length)
+        return cached_step, decoder.empty_cache(rows, length)
 
     if beam_size > 1:
         context, source_padding_mask = (tf.repeat(x, beam_size, axis=0) for x in (context, source_padding_mask))
@@ -65,35 +66,14 @@ def _step_function(decoder, context, source_padding_mask, beam_size, use_cache, 
 
 
 def _gather_rows(structure, rows):
+    """Every tensor of `structure` with its rows picked by `rows` (beams taking their parents' state)."""
     return tf.nest.map_structure(lambda x: tf.gather(x, rows), structure)
-
-
-def _reorder_beams(state, parent):
-    """Each surviving beam takes its parent's cache.
-
-    Cross-attention keys and values ("context_*") are the same for every beam
-    of a sentence, and parents are always beams of the same sentence, so only
-    the self-attention caches move.
-    """
-    if isinstance(state, dict):
-        return {
-            name: value if name.startswith("context_") else _reorder_beams(value, parent)
-            for name, value in state.items()
-        }
-    if isinstance(state, (list, tuple)):
-        return type(state)(_reorder_beams(value, parent) for value in state)
-    return tf.gather(state, parent)
 
 
 def _token_buffer(rows, max_length, buffer_length):
     """int32 `(rows, 1 + width)`: [START], then [PAD] for the tokens to come (width: buffer_length if given)."""
     width = max_length if buffer_length is None else buffer_length
     return tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, width], PAD_ID)], axis=1)
-
-
-def _invariants(state, fixed):
-    """Shape invariants of a loop state: as they are (fixed buffers), or any size (the growing caches)."""
-    return tf.nest.map_structure(lambda x: x.shape if fixed else tf.TensorShape([None] * x.shape.rank), state)
 
 
 def _top_logits(logits, k):
@@ -145,12 +125,6 @@ def greedy_search(step, state, start_done, max_length, buffer_length=None):
         lambda t, tokens, done, state: (t < max_length) & ~tf.reduce_all(done),
         body,
         (tf.constant(0), tokens, start_done, state),
-        shape_invariants=(
-            tf.TensorShape([]),
-            tokens.shape,
-            start_done.shape,
-            _invariants(state, fixed=buffer_length is not None),
-        ),
     )
     return tokens[:, 1:]
 
@@ -183,18 +157,25 @@ def sampler(temperature=0.0, top_k=0, top_p=1.0, seed=0):
     return choose
 
 
-def continue_prompts(step, state, prompt_tokens, max_new_tokens, choose, stop_id=END_ID):
+def continue_prompts(decoder, prompt_tokens, max_new_tokens, choose, stop_id=END_ID, use_cache=True):
     """Reads each row's prompt, then writes up to `max_new_tokens` tokens chosen by `choose`.
 
-    The prompt is fed through the same step function one position at a
-    time (filling the cache), so rows with prompts of different lengths
+    The prompt is fed through the decoder-only model's step one position at
+    a time (filling the cache), so rows with prompts of different lengths
     (right-padded with [PAD]) share one loop; each row starts generating
     right after its own prompt and stops after `stop_id`.
+
+    Args:
+        decoder: the "decoder" layer of a `build_decoder_only` model.
+        prompt_tokens: int32 `(B, P)`, right-padded with 0.
+        choose: from `sampler`.
+        use_cache: as in `decode`.
 
     Returns:
         int32 `(B, max_new_tokens)`: each row's continuation, then [PAD].
     """
     batch, prompt_width = tf.shape(prompt_tokens)[0], tf.shape(prompt_tokens)[1]
+    step, state = _step_function(decoder, None, None, 1, use_cache, batch, prompt_width + max_new_tokens)
     prompt_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prompt_tokens, PAD_ID), tf.int32), axis=1)  # (B,)
     tokens = tf.concat(
         [tf.fill([batch, 1], START_ID), prompt_tokens, tf.fill([batch, max_new_tokens], PAD_ID)], axis=1
@@ -213,7 +194,6 @@ def continue_prompts(step, state, prompt_tokens, max_new_tokens, choose, stop_id
         lambda t, tokens, done, state: (t < prompt_width + max_new_tokens) & ~tf.reduce_all(done),
         body,
         (tf.constant(0), tokens, tf.zeros([batch], tf.bool), state),
-        shape_invariants=(tf.TensorShape([]), tokens.shape, tf.TensorShape([None]), _invariants(state, fixed=False)),
     )
     positions = tf.expand_dims(prompt_lengths + 1, 1) + tf.range(max_new_tokens)  # (B, N)
     return tf.gather(tokens, positions, batch_dims=1)
@@ -255,8 +235,7 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty, 
         top_scores, top = tf.math.top_k(candidates, k=beam_size)  # (B, beam): indices into the candidates
         parent = tf.reshape(top // beam_size + tf.expand_dims(tf.range(batch) * beam_size, 1), [-1])  # (B * beam,)
         next_token = tf.reshape(tf.gather(tf.reshape(top_tokens, [batch, -1]), top, batch_dims=1), [-1])
-        tokens, lengths, finished = _gather_rows((tokens, lengths, finished), parent)
-        state = _reorder_beams(state, parent)
+        tokens, lengths, finished, state = _gather_rows((tokens, lengths, finished, state), parent)
         lengths += tf.cast(~finished, tf.int32)
         tokens = _write_column(tokens, t + 1, next_token)
         finished |= tf.equal(next_token, END_ID)
@@ -266,14 +245,6 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty, 
         lambda t, tokens, scores, lengths, finished, state: (t < max_length) & ~tf.reduce_all(finished),
         body,
         (tf.constant(0), tokens, scores, lengths, start_done, state),
-        shape_invariants=(
-            tf.TensorShape([]),
-            tokens.shape,
-            scores.shape,
-            lengths.shape,
-            start_done.shape,
-            _invariants(state, fixed=buffer_length is not None),
-        ),
     )
     penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
     best = tf.argmax(tf.reshape(scores / penalty, [batch, beam_size]), axis=1, output_type=tf.int32)  # (B,)
@@ -292,9 +263,10 @@ def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, u
         length_penalty: GNMT's alpha, for beam search.
         use_cache: keep self-attention keys/values instead of re-running the
             decoder over the whole prefix at every step.
-        buffer_length: None, or a Python int >= max_length: fixed-size
-            buffers and caches of that many positions, so that every shape is
-            static and the whole loop compiles with XLA (see `Translator(xla=True)`).
+        buffer_length: None, or a Python int >= max_length: token buffers
+            and caches of that many positions, so that every shape is static
+            and the whole loop compiles with XLA (see `Translator(xla=True)`);
+            None sizes them to `max_length`, which may be a tensor.
 
     Returns:
         int32 `(B, max_length)` (`(B, buffer_length)` with buffer_length):
@@ -305,7 +277,8 @@ def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, u
     source_padding_mask = make_padding_mask(encoder_tokens)  # (B, S)
     empty = ~tf.reduce_any(source_padding_mask, axis=1)  # (B,)
     context = encoder(encoder_tokens, training=False)  # (B, S, D)
-    step, state = _step_function(decoder, context, source_padding_mask, beam_size, use_cache, None, buffer_length)
+    rows, length = tf.shape(encoder_tokens)[0] * beam_size, max_length if buffer_length is None else buffer_length
+    step, state = _step_function(decoder, context, source_padding_mask, beam_size, use_cache, rows, length)
     if beam_size > 1:
         done = tf.repeat(empty, beam_size)
         return beam_search(step, state, done, max_length, beam_size, length_penalty, buffer_length)

@@ -1,8 +1,7 @@
 """Generator: the decoder-only (GPT-style) model as text in, text out, in one tf.function.
 
 The same machinery as translation (`kformer.inference.decoding`): one step function
-over a key/value cache that grows by a position a step, inside a
-`tf.while_loop`. The prompt is read through the same step, a position at a
+over the fixed-size key/value cache, inside a `tf.while_loop`. The prompt is read through the same step, a position at a
 time, and the continuation is chosen greedily or sampled (temperature,
 top-k, top-p) with a seed.
 """
@@ -14,7 +13,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from kformer.data.text import END, utf8_batch
-from kformer.inference.decoding import _step_function, continue_prompts, sampler
+from kformer.inference.decoding import continue_prompts, sampler
 from kformer.inference.translator import padded_tokens
 from kformer.model_dir import TrainedModel, load
 
@@ -90,8 +89,9 @@ class Generator(tf.Module):
         """int32 `(B, P)`, right-padded with 0 -> int32 `(B, max_new_tokens)`: the continuations, then [PAD]."""
         prompt_tokens = prompt_tokens[:, : self.max_length]
         decoder = self.model.get_layer("decoder")
-        step, state = _step_function(decoder, None, None, 1, self.use_cache, rows=tf.shape(prompt_tokens)[0])
-        return continue_prompts(step, state, prompt_tokens, self.max_new_tokens, self._choose, self.stop_id)
+        return continue_prompts(
+            decoder, prompt_tokens, self.max_new_tokens, self._choose, self.stop_id, use_cache=self.use_cache
+        )
 
     def generate(self, prompts):
         """Python strings in, continuations (Python strings) out, one for each."""

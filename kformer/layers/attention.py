@@ -25,20 +25,23 @@ def make_padding_mask(token_ids):
     return ops.not_equal(token_ids, 0)
 
 
-def make_causal_mask(length):
+def make_causal_mask(length, key_length=None, start=0):
     """The lower-triangular mask that lets position i attend to j <= i only.
 
     Args:
-        length: T, a Python int or a scalar int tensor (may be dynamic).
+        length: T, the number of query positions: a Python int or a scalar
+            int tensor (may be dynamic).
+        key_length: S, the number of key positions; defaults to T.
+        start: the position of the first query (a scalar, may be a tensor):
+            decoding with a cache puts T new queries after `start` earlier keys.
 
     Returns:
-        bool tensor `(1, T, T)`.
+        bool tensor `(1, T, S)`: query i sees keys 0 .. start + i.
     """
     if isinstance(length, int) and length < 0:
         raise ValueError(f"length must be 0 or more, got length={length}.")
-    positions = ops.arange(length)
-    query_positions = ops.expand_dims(positions, 1)  # (T, 1)
-    key_positions = ops.expand_dims(positions, 0)  # (1, T)
+    query_positions = ops.expand_dims(start + ops.arange(length), 1)  # (T, 1)
+    key_positions = ops.expand_dims(ops.arange(length if key_length is None else key_length), 0)  # (1, S)
     return ops.expand_dims(ops.greater_equal(query_positions, key_positions), 0)
 
 

@@ -26,6 +26,10 @@ class CrossAttention(MultiHeadAttentionBase):
             tokens; defaults to the Keras mask attached to `context`.
         return_attention_scores: also return the weights `(B, H, T, S)`.
         training: whether dropout is active.
+        cache: instead of `context`, its keys and values
+            `project(context, "key", "value")`, computed once per source while
+            decoding. It may hold one row for every n rows of `x` (a sentence's
+            beams, sentence-major): they then read one copy of the source.
 
     The Keras mask of `x` is passed on to the output.
 
@@ -43,18 +47,21 @@ class CrossAttention(MultiHeadAttentionBase):
     def call(
         self,
         x,
-        context,
+        context=None,
         context_padding_mask=None,
         return_attention_scores=False,
         training=None,
         context_mask=None,
+        cache=None,
     ):
         if context_padding_mask is None:
             context_padding_mask = context_mask
+        if (context is None) == (cache is None):
+            raise ValueError(f"{self.name}: pass exactly one of `context` and `cache` (the context's keys and values).")
         attention_mask = None
         if context_padding_mask is not None:
             attention_mask = key_padding_mask(context_padding_mask)  # (B, 1, S)
-        output, weights = self._attend(x, context, attention_mask, training, self_attention=False)
+        output, weights, _ = self._attend(x, context, attention_mask, training, cache)
         return (output, weights) if return_attention_scores else output
 
     def compute_mask(self, x, mask=None):

@@ -7,7 +7,7 @@ always come from `x`; keys and values from `x` itself or from `context`.
 import keras
 from keras import ops
 
-from kformer.layers.attention import scaled_dot_product_attention
+from kformer.layers.attention import make_causal_mask, scaled_dot_product_attention
 from kformer.layers.dropout import Dropout
 from kformer.layers.validation import check_float, check_positive_int, check_rank
 
@@ -73,53 +73,8 @@ class MultiHeadAttentionBase(keras.layers.Layer):
             bias = self.add_weight(name=f"{name}_bias", shape=out_shape, initializer="zeros")
         return kernel, bias
 
-    def project_queries(self, x):
-        """Queries of `x` `(B, T, D)`, `(B, H, T, K)`: x W_Q (+ bias), head by head."""
-        check_float("x", x)
-        return self._project(x, "query")[0]
-
-    def project_keys_values(self, context, fused=False):
-        """Keys and values of `context` `(B, S, D_context)`, each `(B, H, S, K)`.
-
-        Decoding computes these once per source (cross-attention) or once per
-        new token (self-attention) and keeps them in a cache. `fused`: as in
-        `_project` (training passes True).
-        """
-        check_float("context", context)
-        return self._project(context, "key", "value", fused=fused)
-
-    def attend(self, x, key, value, attention_mask=None, training=None):
-        """Queries from `x` `(B, T, D)` over given keys and values `(B, H, S, K)`.
-
-        Args:
-            attention_mask: optional bool, broadcastable to `(B, T, S)`.
-
-        Returns:
-            `(output (B, T, D), weights (B, H, T, S))`.
-        """
-        return self._mix(self.project_queries(x), key, value, attention_mask, training)
-
-    def _attend(self, x, context, attention_mask, training, self_attention):
-        """Attention of `x` over `context` under a `(B or 1, T or 1, S)` mask.
-
-        With `self_attention=True`, `context` is `x` (and while training Q, K and V come from one matmul).
-        """
-        check_float("x", x)
-        batch, context_batch = x.shape[0], context.shape[0]
-        if batch is not None and context_batch is not None and batch != context_batch:
-            raise ValueError(
-                f"{self.name}: x holds {batch} sequences but context {context_batch}; each sequence attends "
-                "to its own context, so give them the same batch size."
-            )
-        fused = bool(training)
-        if self_attention:
-            query, key, value = self._project(x, "query", "key", "value", fused=fused)
-        else:
-            (query,), (key, value) = self._project(x, "query"), self.project_keys_values(context, fused=fused)
-        return self._mix(query, key, value, attention_mask, training)
-
-    def _project(self, x, *names, fused=False):
-        """`x` `(B, T, D_in)` through the named projections: one `(B, H, T, K)` tensor each.
+    def project(self, x, *names, fused=False):
+        """`x` `(B, T, D_in)` through the named projections ("query", "key", "value"): one `(B, H, T, K)` each.
 
         Each projection is a 2-D matmul, `(B*T, D_in) @ (D_in, H*K)`. A 2-D
         matmul, rather than an einsum over `(B, T)`, has a 2-D gradient too:
@@ -131,23 +86,62 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         keeps them apart: side by side, the kernels are copied into one buffer
         on every call, 9% of a batch-1 translation's time.
         """
-        groups = [names] if fused else [(name,) for name in names]
-        return [projected for group in groups for projected in self._project_together(x, group)]
-
-    def _project_together(self, x, names):
-        """The named projections as one matmul against their kernels side by side: n x `(B, H, T, K)`."""
-        # The casts matter only outside __call__ (the decoding cache's methods), where Keras does not
-        # autocast the variables of a mixed-precision layer: keys must come out in the compute dtype.
-        kernel = ops.concatenate([getattr(self, f"{name}_kernel") for name in names], axis=1)  # (D_in, n*H, K)
-        d_in, heads, head_dim = kernel.shape
+        check_float("x", x)
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        rows = ops.matmul(ops.reshape(x, (-1, d_in)), ops.reshape(ops.cast(kernel, x.dtype), (d_in, heads * head_dim)))
-        if self.use_bias:
-            bias = ops.concatenate([getattr(self, f"{name}_bias") for name in names], axis=0)  # (n*H, K)
-            rows += ops.reshape(ops.cast(bias, x.dtype), (heads * head_dim,))
-        projected = ops.reshape(rows, (batch, length, heads, head_dim))  # (B, T, n*H, K)
-        projected = ops.transpose(projected, (0, 2, 1, 3))  # (B, n*H, T, K)
-        return ops.split(projected, len(names), axis=1)  # n x (B, H, T, K)
+        projected = []
+        for group in [names] if fused else [(name,) for name in names]:
+            # Cast, as Keras autocasts variables only inside the layer's own __call__ (mixed precision).
+            kernel = ops.concatenate([getattr(self, f"{name}_kernel") for name in group], axis=1)  # (D_in, n*H, K)
+            d_in, heads, head_dim = kernel.shape
+            kernel = ops.reshape(ops.cast(kernel, x.dtype), (d_in, heads * head_dim))
+            rows = ops.matmul(ops.reshape(x, (-1, d_in)), kernel)  # (B*T, n*H*K)
+            if self.use_bias:
+                bias = ops.concatenate([getattr(self, f"{name}_bias") for name in group], axis=0)  # (n*H, K)
+                rows += ops.reshape(ops.cast(bias, x.dtype), (heads * head_dim,))
+            together = ops.reshape(rows, (batch, length, heads, head_dim))
+            projected += ops.split(ops.transpose(together, (0, 2, 1, 3)), len(group), axis=1)  # n x (B, H, T, K)
+        return projected
+
+    def _attend(self, x, context, attention_mask, training, cache=None, cache_index=None):
+        """Project -> attend -> mix: queries from `x` `(B, T, D)`, keys and values from `context` or `cache`.
+
+        Args:
+            context: `(B, S, D_context)`; `x` itself for self-attention.
+            attention_mask: None or bool, broadcastable to `(B, T, S)`.
+            cache: None; or the `(key, value)` of a context, computed once by
+                `project(context, "key", "value")` (cross-attention while
+                decoding): `context` is then not read, and the cache may hold
+                one row for every n rows of `x` (a sentence's beams,
+                sentence-major), which attend together as n times T queries;
+                or, with `cache_index`, fixed-size buffers `(B, H, L, K)` that
+                the keys and values of `x` are written into at positions
+                `cache_index` onwards, each query seeing the buffer up to its
+                own position.
+
+        Returns:
+            `(output (B, T, D), weights (B, H, T, S or L), cache)`.
+        """
+        check_float("x", x)
+        if cache is not None and cache_index is None:
+            key, value = cache
+            queries = ops.reshape(x, (ops.shape(key)[0], -1, self.d_model))  # (B_context, n*T, D)
+            output, weights = self._mix(self.project(queries, "query")[0], key, value, attention_mask, training)
+            return ops.reshape(output, ops.shape(x)), weights, cache
+        batch, context_batch = x.shape[0], context.shape[0]
+        if batch is not None and context_batch is not None and batch != context_batch:
+            raise ValueError(
+                f"{self.name}: x holds {batch} sequences but context {context_batch}; each sequence attends "
+                "to its own context, so give them the same batch size."
+            )
+        fused = bool(training)  # see `project`
+        if context is x:
+            query, key, value = self.project(x, "query", "key", "value", fused=fused)
+        else:
+            (query,), (key, value) = self.project(x, "query"), self.project(context, "key", "value", fused=fused)
+        if cache is not None:
+            key, value = cache = (_write(cache[0], cache_index, key), _write(cache[1], cache_index, value))
+            attention_mask = make_causal_mask(ops.shape(x)[1], ops.shape(key)[2], start=cache_index)  # (1, T, L)
+        return (*self._mix(query, key, value, attention_mask, training), cache)
 
     def _mix(self, query, key, value, attention_mask, training):
         """softmax(Q K^T / sqrt(d_k)) V per head, then W_O: `(output (B, T, D), weights (B, H, T, S))`."""
@@ -164,11 +158,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         concatenated = ops.reshape(ops.transpose(heads, (0, 2, 1, 3)), (-1, self.num_heads * self.head_dim))
         kernel = ops.reshape(ops.cast(self.output_kernel, heads.dtype), (self.num_heads * self.head_dim, self.d_model))
         output = ops.reshape(ops.matmul(concatenated, kernel), (batch, length, self.d_model))  # (B, T, D), as _project
-        return self._add_bias(output, self.output_bias), weights
-
-    @staticmethod
-    def _add_bias(x, bias):
-        return x if bias is None else x + ops.cast(bias, x.dtype)
+        return output if self.output_bias is None else output + ops.cast(self.output_bias, output.dtype), weights
 
     def compute_mask(self, x, mask=None):
         return mask
@@ -183,3 +173,16 @@ class MultiHeadAttentionBase(keras.layers.Layer):
             use_bias=self.use_bias,
         )
         return config
+
+
+def _write(buffer, index, new):
+    """buffer[:, :, index : index + T] = new for a cache `(B, H, L, K)` and `new` `(B, H, T, K)`.
+
+    A scatter: written in place under XLA, and it converts to ONNX, where a
+    dynamic slice update does not (tf2onnx has no XlaDynamicUpdateSlice).
+    """
+    shape = ops.shape(new)
+    rows, heads, positions = ops.meshgrid(
+        ops.arange(shape[0]), ops.arange(shape[1]), index + ops.arange(shape[2]), indexing="ij"
+    )  # (B, H, T) each
+    return ops.scatter_update(buffer, ops.stack([rows, heads, positions], axis=-1), ops.cast(new, buffer.dtype))

@@ -30,6 +30,12 @@ class MultiHeadSelfAttention(MultiHeadAttentionBase):
         padding_mask: optional bool `(B, T)`, True at real tokens.
         return_attention_scores: also return the weights `(B, H, T, T)`.
         training: whether dropout is active.
+        cache: for decoding one position at a time, `(key, value)` buffers
+            `(B, H, L, K)` (`empty_cache`): the keys and values of `x` are
+            written into them at `cache_index` onwards (a scalar), and `x`
+            attends over the buffer up to each query's position, causally,
+            whatever `causal` and the masks say. The updated cache is returned
+            last.
 
     Example:
     >>> attention = MultiHeadSelfAttention(num_heads=2, d_model=8, causal=True)
@@ -43,18 +49,35 @@ class MultiHeadSelfAttention(MultiHeadAttentionBase):
         super().__init__(num_heads, d_model, head_dim=head_dim, dropout=dropout, use_bias=use_bias, **kwargs)
         self.causal = causal
 
+    def empty_cache(self, batch_size, length):
+        """Zero `(key, value)` buffers `(batch_size, H, length, K)` for `call(..., cache=, cache_index=)`."""
+        empty = keras.ops.zeros((batch_size, self.num_heads, length, self.head_dim), self.compute_dtype)
+        return empty, empty
+
     def build(self, x_shape):
         self._build_projections(x_shape, x_shape)
 
-    def call(self, x, padding_mask=None, return_attention_scores=False, training=None, mask=None):
+    def call(
+        self,
+        x,
+        padding_mask=None,
+        return_attention_scores=False,
+        training=None,
+        mask=None,
+        cache=None,
+        cache_index=None,
+    ):
         if padding_mask is None:
             padding_mask = mask
         attention_mask = combine_masks(
             None if padding_mask is None else key_padding_mask(padding_mask),  # (B, 1, T)
             make_causal_mask(keras.ops.shape(x)[1]) if self.causal else None,  # (1, T, T)
         )
-        output, weights = self._attend(x, x, attention_mask, training, self_attention=True)
-        return (output, weights) if return_attention_scores else output
+        output, weights, cache = self._attend(x, x, attention_mask, training, cache, cache_index)
+        outputs = (output, weights) if return_attention_scores else (output,)
+        if cache is not None:
+            outputs += (cache,)
+        return outputs if len(outputs) > 1 else output
 
     def get_config(self):
         config = super().get_config()

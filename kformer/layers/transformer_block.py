@@ -1,7 +1,5 @@
 import keras
-from keras import ops
 
-from kformer.layers.attention import key_padding_mask
 from kformer.layers.cross_attention import CrossAttention
 from kformer.layers.dropout import Dropout
 from kformer.layers.feed_forward import FeedForward
@@ -56,6 +54,12 @@ class TransformerBlock(keras.layers.Layer):
         training: whether dropout is active.
         return_attention_scores: also return {"self_attention": (B, H, T, T),
             "cross_attention": (B, H, T, S)} weights.
+        cache, cache_index: decoding one position at a time, the
+            self-attention's `(key, value)` buffers and where the keys and
+            values of `x` go (see `MultiHeadSelfAttention`); the updated cache
+            is returned last.
+        context_cache: instead of `context`, the cross-attention's keys and
+            values of it, computed once per source (see `CrossAttention`).
 
     Example:
     >>> decoder_block = TransformerBlock(8, 2, 32, causal=True, cross_attention=True)
@@ -126,8 +130,11 @@ class TransformerBlock(keras.layers.Layer):
         training=None,
         mask=None,
         return_attention_scores=False,
+        cache=None,
+        cache_index=None,
+        context_cache=None,
     ):
-        if (context is not None) != self.cross_attention:
+        if ((context is not None) or (context_cache is not None)) != self.cross_attention:
             raise ValueError(
                 f"{self.name}: pass `context` exactly when cross_attention=True "
                 f"(cross_attention={self.cross_attention}, context given: {context is not None})."
@@ -137,14 +144,27 @@ class TransformerBlock(keras.layers.Layer):
         scores = {}
 
         def self_attention(h):
-            output, scores["self_attention"] = self.self_attention(
-                h, padding_mask=padding_mask, return_attention_scores=True, training=training
+            nonlocal cache
+            outputs = self.self_attention(
+                h,
+                padding_mask=padding_mask,
+                return_attention_scores=True,
+                training=training,
+                cache=cache,
+                cache_index=cache_index,
             )
+            output, scores["self_attention"] = outputs[:2]
+            cache = outputs[2] if cache is not None else None
             return output
 
         def cross_attention(h):
             output, scores["cross_attention"] = self.cross_attention_layer(
-                h, context, context_padding_mask=context_padding_mask, return_attention_scores=True, training=training
+                h,
+                context,
+                context_padding_mask=context_padding_mask,
+                return_attention_scores=True,
+                training=training,
+                cache=context_cache,
             )
             return output
 
@@ -152,69 +172,10 @@ class TransformerBlock(keras.layers.Layer):
         if self.cross_attention:
             x = self._residual(x, self.cross_attention_norm, training, cross_attention)
         x = self._residual(x, self.feed_forward_norm, training, lambda h: self.feed_forward(h, training=training))
-        return (x, scores) if return_attention_scores else x
-
-    def cross_attention_cache(self, context):
-        """The cross-attention keys and values of the encoder output, computed once per source."""
-        key, value = self.cross_attention_layer.project_keys_values(context)  # (B, H, S, K) each
-        return {"context_key": key, "context_value": value}
-
-    def decode_step(self, x, cache, context_padding_mask=None, position=None):
-        """Runs the newest position through the block, reading and extending a KV cache.
-
-        The same sub-layers and residual wiring as `call`, but the
-        self-attention keys and values of earlier positions come from `cache`
-        instead of being recomputed: one position in, one position out.
-
-        Rows of `x` may be several beams per sentence (sentence-major, the
-        same number for every sentence) while the cross-attention cache and
-        `context_padding_mask` hold one row per sentence: a sentence's beams
-        then attend to its source together, as extra query positions.
-
-        Args:
-            x: `(B * beams, 1, D)`, the input at the newest position.
-            cache: {"key", "value"}: `(B * beams, H, P, K)` self-attention keys
-                and values of the P earlier positions, and for a block with
-                cross-attention the `cross_attention_cache(context)` entries
-                `(B, H, S, K)`.
-            context_padding_mask: optional bool `(B, S)`, True at real source tokens.
-            position: None for a growing cache. Otherwise the cache is a
-                fixed-size buffer `(B * beams, H, L, K)` (as XLA needs) and
-                `position` (a scalar) is where the newest keys and values go;
-                later positions are masked.
-
-        Returns:
-            `(output (B * beams, 1, D), cache)` with the newest position's keys
-            and values appended: `(B * beams, H, P + 1, K)` (or written at `position`).
-        """
-        cache = dict(cache)
-
-        def cached_self_attention(h):
-            key, value = self.self_attention.project_keys_values(h)  # (B * beams, H, 1, K) each
-            key, value = ops.cast(key, cache["key"].dtype), ops.cast(value, cache["value"].dtype)  # mixed precision
-            if position is None:
-                cache["key"] = ops.concatenate([cache["key"], key], axis=2)  # (B * beams, H, P + 1, K)
-                cache["value"] = ops.concatenate([cache["value"], value], axis=2)
-                return self.self_attention.attend(h, cache["key"], cache["value"])[0]  # every cached key is visible
-            # Written in place under XLA: a select over the whole buffer would read and rewrite it every step.
-            cache["key"] = ops.slice_update(cache["key"], (0, 0, position, 0), key)  # (B * beams, H, L, K)
-            cache["value"] = ops.slice_update(cache["value"], (0, 0, position, 0), value)
-            slots = ops.arange(ops.shape(cache["key"])[2])  # (L,)
-            visible = ops.reshape(ops.less_equal(slots, position), (1, 1, -1))  # (1, 1, L): positions so far
-            return self.self_attention.attend(h, cache["key"], cache["value"], visible)[0]
-
-        def cached_cross_attention(h):
-            source = None if context_padding_mask is None else key_padding_mask(context_padding_mask)  # (B, 1, S)
-            sentences = ops.shape(cache["context_key"])[0]
-            queries = ops.reshape(h, (sentences, -1, self.d_model))  # (B, beams, D)
-            output = self.cross_attention_layer.attend(queries, cache["context_key"], cache["context_value"], source)
-            return ops.reshape(output[0], ops.shape(h))  # (B * beams, 1, D)
-
-        x = self._residual(x, self.self_attention_norm, False, cached_self_attention)
-        if self.cross_attention:
-            x = self._residual(x, self.cross_attention_norm, False, cached_cross_attention)
-        x = self._residual(x, self.feed_forward_norm, False, lambda h: self.feed_forward(h, training=False))
-        return x, cache
+        outputs = (x, scores) if return_attention_scores else (x,)
+        if cache is not None:
+            outputs += (cache,)
+        return outputs if len(outputs) > 1 else x
 
     def _residual(self, x, norm, training, sublayer):
         """x + Dropout(SubLayer(x)), normalised after (post-LN) or before (pre-LN)."""

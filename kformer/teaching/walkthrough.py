@@ -53,8 +53,8 @@ def seed_attention(w_q, w_k, w_v, x):
     """
     layer = seed_attention_layer(w_q, w_k, w_v)
     x = np.asarray(x, "float32")[None]  # (1, T, D)
-    query = layer.project_queries(x)  # (1, 1, T, K)
-    key, value = layer.project_keys_values(x)
+    query = layer.project(x, "query")[0]  # (1, 1, T, K)
+    key, value = layer.project(x, "key", "value")
     output, weights = layer(x, return_attention_scores=True)
     head_dim = w_q.shape[1]
     return {

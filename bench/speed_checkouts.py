@@ -1,0 +1,122 @@
+"""Training-step time and decoding speed: this checkout against another, in one run.
+
+Two worker processes, one per checkout (its kformer first on the path), build the same
+randomly initialised model (d_model 256, 2+2 layers, 8 heads, d_ff 1024, 8000-token
+vocabularies) and warm up. Then rounds alternate between them, one worker running at a
+time, so machine noise hits both alike. A round times, in each worker:
+
+- 10 training steps (`train_on_batch`, XLA, batch 64, 40 tokens a side, no padding);
+- decoding 40 tokens (a random model never stops early) from the same 64 sources with
+  the `Translator`, greedy and beam 4, XLA (the default) and the plain graph loop, at
+  batch 1 (one sentence) and batch 64.
+
+The table gives the best round of each, and this checkout's time over the other's.
+
+    git worktree add /tmp/before <commit>
+    python bench/speed_checkouts.py --other /tmp/before [--rounds 5]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+D, HEADS, LAYERS, D_FF, VOCAB, BATCH, LENGTH = 256, 8, 2, 1024, 8000, 64, 40
+TRAIN_STEPS = 10
+
+
+def contenders():
+    """{name: run()} for this process's kformer, each traced and warmed up."""
+    import keras
+    import numpy as np
+
+    import kformer
+    from kformer.data.text import RESERVED_TOKENS, Tokenizer
+    from kformer.training.objectives import MaskedSparseCrossEntropy, TransformerSchedule
+
+    keras.utils.set_random_seed(0)
+    model = kformer.build_transformer(VOCAB, VOCAB, d_model=D, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF)
+    rng = np.random.default_rng(0)
+    sources, targets, labels = (rng.integers(4, VOCAB, size=(BATCH, LENGTH)).astype("int32") for _ in range(3))
+    trainee = kformer.build_transformer(VOCAB, VOCAB, d_model=D, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF)
+    optimizer = keras.optimizers.Adam(TransformerSchedule(D, 4000), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    trainee.compile(optimizer, MaskedSparseCrossEntropy(0.1), jit_compile=True)
+
+    def train():
+        for _ in range(TRAIN_STEPS):
+            trainee.train_on_batch((sources, targets), labels)
+
+    vocabulary = Tokenizer(RESERVED_TOKENS + [f"w{i}" for i in range(VOCAB - len(RESERVED_TOKENS))])
+    trained = kformer.TrainedModel(model, vocabulary, vocabulary, {"max_length": LENGTH})
+    runs = {f"train, {TRAIN_STEPS} steps of batch {BATCH}": train}
+    for beam_size in (1, 4):
+        for xla in (True, False):
+            translator = kformer.Translator(trained, beam_size=beam_size, xla=xla)
+            for batch in (1, BATCH):
+                name = f"{'greedy' if beam_size == 1 else 'beam 4'}, {'XLA' if xla else 'graph loop'}, batch {batch}"
+                runs[name] = lambda t=translator, ids=sources[:batch]: t.translate_ids(ids).numpy()
+    for run in runs.values():
+        run()
+    return runs
+
+
+def worker():
+    """Warms up, then times one round of every contender for each line read, answering with JSON."""
+    runs = contenders()
+    print(json.dumps(list(runs)), flush=True)
+    for _ in sys.stdin:
+        seconds = {}
+        for name, run in runs.items():
+            started = time.perf_counter()
+            run()
+            seconds[name] = time.perf_counter() - started
+        print(json.dumps(seconds), flush=True)
+
+
+def start(checkout):
+    env = dict(os.environ, PYTHONPATH=str(checkout), TF_CPP_MIN_LOG_LEVEL="3")
+    process = subprocess.Popen(
+        [sys.executable, str(HERE), "--worker"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    json.loads(process.stdout.readline())  # warmed up
+    return process
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--other", type=Path, help="the other kformer checkout")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker()
+    if args.other is None:
+        parser.error("--other is required")
+    checkouts = {"this": HERE.parent.parent, "other": args.other.resolve()}
+    workers = {}
+    for who, checkout in checkouts.items():  # one at a time: warming up compiles on both cores
+        print(f"warming up {who} ({checkout}) ...", file=sys.stderr, flush=True)
+        workers[who] = start(checkout)
+    rounds = {who: [] for who in workers}
+    for round_index in range(args.rounds):
+        for who, process in workers.items():
+            process.stdin.write("go\n")
+            process.stdin.flush()
+            rounds[who].append(json.loads(process.stdout.readline()))
+        print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    for process in workers.values():
+        process.stdin.close()
+        process.wait()
+    print(f"best of {args.rounds} rounds, seconds\n")
+    print(f"| contender | this checkout | {args.other} | this / other |\n| --- | --- | --- | --- |")
+    for name in rounds["this"][0]:
+        this, other = (min(r[name] for r in rounds[who]) for who in ("this", "other"))
+        print(f"| {name} | {this:.3f} | {other:.3f} | {this / other:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
