@@ -5,7 +5,6 @@ import contextlib
 import json
 import os
 import sys
-from pathlib import Path
 
 import kformer
 from kformer.deploy import FORMATS, QUANTIZATIONS
@@ -34,7 +33,7 @@ def _load_pairs(data):
 
 
 def _config(args, **overrides):
-    from kformer.training.config import ConfigError, TrainingConfig
+    from kformer.training.config import ARCHITECTURE, ConfigError, TrainingConfig
 
     settings = dict(overrides)
     for name in TrainingConfig.__dataclass_fields__:
@@ -44,28 +43,15 @@ def _config(args, **overrides):
     if getattr(args, "vocab_size", None) is not None:
         settings["source_vocab_size"] = settings["target_vocab_size"] = args.vocab_size
     try:
-        return TrainingConfig(**settings)
+        config = TrainingConfig(**settings)
+        if config.init_from:
+            from kformer.training.jobs import refuse_new_architecture
+
+            refuse_new_architecture(config.init_from, {k: v for k, v in settings.items() if k in ARCHITECTURE})
+        return config
     except ConfigError as error:  # named by the flag the user typed
         flag = "vocab-size" if error.name.endswith("_vocab_size") else error.name.replace("_", "-")
         raise _UsageError(error.describe(f"--{flag}")) from None
-
-
-def _refuse_new_architecture(args):
-    """--init-from keeps the architecture it starts from: a flag asking for another one is an error, not ignored."""
-    from kformer.training.config import ARCHITECTURE
-
-    try:
-        saved = json.loads((Path(args.init_from) / "config.json").read_text(encoding="utf-8"))["training"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # not a model directory kformer wrote: the recipe says so
-    for name in ARCHITECTURE:
-        asked = getattr(args, name, None)
-        if asked is not None and name in saved and asked != saved[name]:
-            flag = "--" + name.replace("_", "-")
-            raise _UsageError(
-                f"{flag}: the model in {args.init_from} has {name} {saved[name]}, not {asked}; fine-tuning "
-                f"(--init-from) keeps the architecture it starts from, so leave {flag} out."
-            )
 
 
 def _load_translator(path):
@@ -116,8 +102,6 @@ def _train(args):
     from kformer.training.jobs import train_language_model, train_translator
 
     config = _config(args)
-    if config.init_from:
-        _refuse_new_architecture(args)
     if args.task == "lm":
         lines = [t for _, t in _load_pairs("builtin")["train"]] if args.data == "builtin" else read_lines(args.data)
         summary = train_language_model(lines, args.out, config, args.verbose, args.overwrite).config["result"]
@@ -270,12 +254,28 @@ def build_parser():
         "--quiet", dest="verbose", action="store_const", const=0, default=1 if sys.stdout.isatty() else 2
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (
+        _demo_parser,
+        _train_parser,
+        _evaluate_parser,
+        _translate_parser,
+        _generate_parser,
+        _attention_parser,
+        _export_parser,
+        _walkthrough_parser,
+    ):
+        add_command(commands)
+    return parser
 
+
+def _demo_parser(commands):
     demo = commands.add_parser("demo", help="train a translator on the built-in corpus (about 3 minutes on 2 cores)")
     demo.add_argument("--out", default="kformer-demo", help="model directory to write (default: %(default)s)")
     demo.add_argument("--minutes", type=float, default=2.6, help="training budget (default: %(default)s)")
     demo.set_defaults(run=_demo)
 
+
+def _train_parser(commands):
     train = commands.add_parser("train", help="train on a file of sentence pairs (or 'builtin')")
     train.add_argument(
         "--data",
@@ -289,6 +289,8 @@ def build_parser():
     _add_training_flags(train)
     train.set_defaults(run=_train)
 
+
+def _evaluate_parser(commands):
     evaluate = commands.add_parser("evaluate", help="BLEU, chrF and exact match of a model on a pair file")
     evaluate.add_argument("--model", required=True, help="model directory")
     evaluate.add_argument(
@@ -298,6 +300,8 @@ def build_parser():
     evaluate.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU and exact match")
     evaluate.set_defaults(run=_evaluate)
 
+
+def _translate_parser(commands):
     translate = commands.add_parser("translate", help="translate sentences given as arguments or on stdin")
     translate.add_argument("--model", required=True, help="model directory")
     translate.add_argument("sentences", nargs="*", help="sentences (default: one per line on stdin)")
@@ -305,6 +309,8 @@ def build_parser():
     translate.add_argument("--batch-size", type=_positive_int, default=64, help="sentences decoded together")
     translate.set_defaults(run=_translate)
 
+
+def _generate_parser(commands):
     generate = commands.add_parser("generate", help="continue prompts with a language model (train --task lm)")
     generate.add_argument("--model", required=True, help="language-model directory")
     generate.add_argument("prompts", nargs="*", help="prompts (default: one per line on stdin)")
@@ -318,12 +324,16 @@ def build_parser():
     generate.add_argument("--batch-size", type=_positive_int, default=64, help="prompts generated together")
     generate.set_defaults(run=_generate)
 
+
+def _attention_parser(commands):
     attention = commands.add_parser("attention", help="draw the attention heatmaps of one translation")
     attention.add_argument("--model", required=True, help="model directory")
     attention.add_argument("sentence", help="the source sentence")
     attention.add_argument("--out", default="attention.png", help="PNG to write (default: %(default)s)")
     attention.set_defaults(run=_attention)
 
+
+def _export_parser(commands):
     export = commands.add_parser("export", help="write SavedModel (TF Serving), TFLite and ONNX artifacts")
     export.add_argument("--model", required=True, help="model directory")
     export.add_argument("--out", required=True, help="export directory to create")
@@ -344,11 +354,12 @@ def build_parser():
     )
     export.set_defaults(run=_export)
 
+
+def _walkthrough_parser(commands):
     walkthrough = commands.add_parser(
         "walkthrough", help="print the seeds' worked examples, computed by kformer's layers"
     )
     walkthrough.set_defaults(run=_walkthrough)
-    return parser
 
 
 class _UsageError(Exception):

@@ -14,9 +14,9 @@ from kformer.data.corpus import builtin_splits
 from kformer.model import SharedEmbeddingTransformer
 from kformer.model_dir import load
 from kformer.training.callbacks import Backup, CheckpointAverage
-from kformer.training.config import TrainingConfig
+from kformer.training.config import ConfigError, TrainingConfig
 from kformer.training.evaluation import BestTranslations
-from kformer.training.jobs import _callbacks
+from kformer.training.jobs import _callbacks, train_translator
 from kformer.training.objectives import compile_for_training
 
 LETTERS = VOCAB[4:]
@@ -211,9 +211,19 @@ def test_init_from_refuses_a_flag_that_asks_for_another_architecture(tmp_path, c
     argv = train_command(tmp_path / "out", "--init-from", str(base), "--epochs", "1", "--num-layers", "2")[3:]
     assert main(argv) == 2
     assert capsys.readouterr().err == (
-        f"kformer train: error: --num-layers: the model in {base} has num_layers 1, not 2; fine-tuning "
-        "(--init-from) keeps the architecture it starts from, so leave --num-layers out.\n"
+        f"kformer train: error: --num-layers asks for 2, but the model in {base} has 1: fine-tuning "
+        "(--init-from) keeps the architecture it starts from; leave it out.\n"
     )
+    assert not (tmp_path / "out").exists()
+
+
+def test_init_from_refuses_another_architecture_from_python_too(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps({"kind": "translator", "training": {"d_model": 32, "num_layers": 1}}))
+    config = TrainingConfig(init_from=str(base), num_layers=3, epochs=1)  # 2 is the default: not a request
+    with pytest.raises(ConfigError, match=r"num_layers asks for 3, but the model in .* has 1: fine-tuning"):
+        train_translator(builtin_splits(), tmp_path / "out", config, verbose=0)
     assert not (tmp_path / "out").exists()
 
 

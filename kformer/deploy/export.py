@@ -112,54 +112,29 @@ def _float32_policies(node):
 
 
 class _Endpoints(tf.Module):
-    """The functions a translator's artifacts are made of, with fixed input signatures."""
+    """The functions the artifacts are made of, with fixed input signatures.
 
-    ids_name = "translate_ids"  # the id-level endpoint: its signature and file names
+    `runner` is a `Translator` or a `Generator`: both take texts (`__call__`)
+    and token ids (the method named by their `ids_name`), and name what their
+    texts come out as (`text_output`).
+    """
 
-    def __init__(self, translator):
+    def __init__(self, runner):
         super().__init__()
-        self.translator = translator
-        self.model = translator.model
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
-    def serve_texts(self, texts):
-        return {"translations": self.translator(texts)}
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
-    def serve_ids(self, encoder_tokens):
-        return {"output_tokens": self.translator.translate_ids(encoder_tokens)}
-
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="encoder_tokens"),
-            tf.TensorSpec([None, None], tf.int32, name="decoder_tokens"),
-        ]
-    )
-    def forward(self, encoder_tokens, decoder_tokens):
-        return {"logits": self.model([encoder_tokens, decoder_tokens], training=False)}
-
-
-class _GeneratorEndpoints(tf.Module):
-    """The functions a language model's artifacts are made of: prompts in, continuations out."""
-
-    ids_name = "generate_ids"
-
-    def __init__(self, generator):
-        super().__init__()
-        self.generator = generator
-        self.model = generator.model
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
-    def serve_texts(self, texts):
-        return {"continuations": self.generator(texts)}
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="prompt_tokens")])
-    def serve_ids(self, prompt_tokens):
-        return {"output_tokens": self.generator.generate_ids(prompt_tokens)}
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="decoder_tokens")])
-    def forward(self, decoder_tokens):
-        return {"logits": self.model(decoder_tokens, training=False)}
+        self.runner, self.model, self.ids_name = runner, runner.model, runner.ids_name
+        ids = getattr(runner, runner.ids_name)
+        self.serve_texts = tf.function(
+            lambda texts: {runner.text_output: runner(texts)},
+            input_signature=[tf.TensorSpec([None], tf.string, name="texts")],
+        )
+        self.serve_ids = tf.function(lambda tokens: {"output_tokens": ids(tokens)}, input_signature=ids.input_signature)
+        model_inputs = [
+            tf.TensorSpec(x.shape, x.dtype, name=x.name) for x in self.model.inputs
+        ]  # (encoder_tokens,) decoder_tokens
+        self.forward = tf.function(
+            lambda *tokens: {"logits": self.model(list(tokens) if len(tokens) > 1 else tokens[0], training=False)},
+            input_signature=model_inputs,
+        )
 
 
 def _tflite_text_endpoint(translator):
@@ -188,7 +163,7 @@ def _keras_archive(trained, path, endpoints, include_text):
     if include_text:
         archive.track(trained.source_tokenizer)
         archive.track(trained.target_tokenizer)
-        archive.add_endpoint("translate", _tflite_text_endpoint(endpoints.translator))
+        archive.add_endpoint("translate", _tflite_text_endpoint(endpoints.runner))
     archive.write_out(str(path), verbose=False)
 
 
@@ -357,79 +332,38 @@ def export(
     Returns:
         The manifest: what was written, with file sizes in bytes.
     """
-    out = Path(out)
-    formats, quantize = tuple(formats), tuple(quantize)
+    out, formats, quantize = Path(out), tuple(formats), tuple(quantize)
     _check_request(formats, quantize, out)
     trained = _in_float32(model if isinstance(model, TrainedModel) else load(model))
-    skipped = {}
-    if trained.kind != "translator":
-        if beam_size != 1:
-            raise ExportError(
-                f"beam search is for translators; a {trained.kind} exports greedy generation (--max-tokens)."
-            )
-        if "ctranslate2" in formats:
-            skipped["ctranslate2"] = "exported for translators only"
-            formats = tuple(f for f in formats if f != "ctranslate2")
-            if not formats:
-                raise ExportError(
-                    f"CTranslate2 is exported for translators only; export a {trained.kind} as saved_model, "
-                    "tflite or onnx."
-                )
-            if quantize and "tflite" not in formats:
-                raise ExportError(
-                    f"--quantize applies to TFLite here (a {trained.kind} has no CTranslate2 export); "
-                    "add tflite to --formats."
-                )
+    formats, skipped = _formats_for(trained.kind, formats, quantize, beam_size)
     if trained.kind == "translator":
         endpoints = _Endpoints(Translator(trained, beam_size=beam_size, xla=xla))
         converted = _Endpoints(Translator(trained, beam_size=beam_size, xla=False)) if xla else endpoints
     else:
-        endpoints = converted = _GeneratorEndpoints(Generator(trained, max_new_tokens=max_new_tokens))
-    for leftover in out.resolve().parent.glob(f".{glob.escape(out.name)}.partial-*"):  # what a killed export left
-        shutil.rmtree(leftover, ignore_errors=True)
-    try:
-        staging = Path(tempfile.mkdtemp(dir=out.resolve().parent, prefix=f".{out.name}.partial-"))
-    except OSError as error:
-        raise ExportError(f"{out}: cannot write there ({error.strerror}); choose another --out.") from None
-    os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 would hide the export from a serving account
+        endpoints = converted = _Endpoints(Generator(trained, max_new_tokens=max_new_tokens))
+    staging = _staging(out)
 
     def say(message):
         if verbose:
             print(message, flush=True)
 
     try:
-        if trained.source_tokenizer is not None:
-            trained.source_tokenizer.save(staging / "source_vocab.txt")
-        trained.target_tokenizer.save(staging / "target_vocab.txt")
+        for tokenizer, file_name in (
+            (trained.source_tokenizer, "source_vocab.txt"),
+            (trained.target_tokenizer, "target_vocab.txt"),
+        ):
+            if tokenizer is not None:  # a language model has no source side
+                tokenizer.save(staging / file_name)
         job = _Job(trained, staging, endpoints, converted, quantize, name, version, say)
         for format_name, reason in skipped.items():
             say(f"Skipping {format_name}: {reason}.")
         for format_name in formats:
             WRITERS[format_name](job)
         job.finish()
-        manifest = {
-            "kind": trained.kind,
-            "formats": list(formats),
-            **({"skipped": skipped} if skipped else {}),
-            "quantize": list(quantize),
-            "name": name,
-            "version": version,
-            "beam_size": beam_size,
-            "xla": bool(xla and trained.kind == "translator"),
-            "max_length": trained.max_length,
-            **({"max_new_tokens": max_new_tokens} if trained.kind == "language_model" else {}),
-            "reserved_tokens": list(RESERVED_TOKENS),
-            "spacing_rules": [list(rule) for rule in SPACING_RULES],
-            "files": {
-                str(path.relative_to(staging)): path.stat().st_size
-                for path in sorted(staging.rglob("*"))
-                if path.is_file() and path.relative_to(staging).parts[0] != "saved_model"
-            },
-        }
-        if "saved_model" in formats:
-            saved = staging / "saved_model"
-            manifest["files"]["saved_model/"] = sum(p.stat().st_size for p in saved.rglob("*") if p.is_file())
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        settings = {"beam_size": beam_size, "xla": bool(xla and trained.kind == "translator")}
+        if trained.kind == "language_model":
+            settings["max_new_tokens"] = max_new_tokens
+        manifest = _write_manifest(staging, trained, formats, skipped, quantize, name, version, settings)
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(staging, out)
@@ -437,4 +371,64 @@ def export(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     say(f"Exported {', '.join(formats)} to {out}/.")
+    return manifest
+
+
+def _formats_for(kind, formats, quantize, beam_size):
+    """The formats a model of `kind` exports, and {format: why not} for those it skips."""
+    if kind == "translator":
+        return formats, {}
+    if beam_size != 1:
+        raise ExportError(f"beam search is for translators; a {kind} exports greedy generation (--max-tokens).")
+    if "ctranslate2" not in formats:
+        return formats, {}
+    formats = tuple(f for f in formats if f != "ctranslate2")
+    if not formats:
+        raise ExportError(
+            f"CTranslate2 is exported for translators only; export a {kind} as saved_model, tflite or onnx."
+        )
+    if quantize and "tflite" not in formats:
+        raise ExportError(
+            f"--quantize applies to TFLite here (a {kind} has no CTranslate2 export); add tflite to --formats."
+        )
+    return formats, {"ctranslate2": "exported for translators only"}
+
+
+def _staging(out):
+    """A fresh folder beside `out` to write into (renamed to `out` at the end); a killed export's leftovers go."""
+    for leftover in out.resolve().parent.glob(f".{glob.escape(out.name)}.partial-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        staging = Path(tempfile.mkdtemp(dir=out.resolve().parent, prefix=f".{out.name}.partial-"))
+    except OSError as error:
+        raise ExportError(f"{out}: cannot write there ({error.strerror}); choose another --out.") from None
+    os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 would hide the export from a serving account
+    return staging
+
+
+def _write_manifest(staging, trained, formats, skipped, quantize, name, version, settings):
+    """manifest.json: what was exported, how it decodes, the text rules, and every file's size in bytes."""
+    files = {
+        str(path.relative_to(staging)): path.stat().st_size
+        for path in sorted(staging.rglob("*"))
+        if path.is_file() and path.relative_to(staging).parts[0] != "saved_model"
+    }
+    if "saved_model" in formats:
+        files["saved_model/"] = sum(p.stat().st_size for p in (staging / "saved_model").rglob("*") if p.is_file())
+    manifest = {
+        "kind": trained.kind,
+        "formats": list(formats),
+        **({"skipped": skipped} if skipped else {}),
+        "quantize": list(quantize),
+        "name": name,
+        "version": version,
+        "beam_size": settings["beam_size"],
+        "xla": settings["xla"],
+        "max_length": trained.max_length,
+        **({"max_new_tokens": settings["max_new_tokens"]} if "max_new_tokens" in settings else {}),
+        "reserved_tokens": list(RESERVED_TOKENS),
+        "spacing_rules": [list(rule) for rule in SPACING_RULES],
+        "files": files,
+    }
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return manifest

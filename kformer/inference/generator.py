@@ -41,6 +41,9 @@ class Generator(tf.Module):
     >>> continuations = generator.generate(["el gato"])  # one string per prompt, without the prompt
     """
 
+    ids_name = "generate_ids"  # the method taking token ids, for the export writers
+    text_output = "continuations"  # what its texts come out as
+
     def __init__(
         self,
         model,

@@ -58,6 +58,9 @@ class Translator(tf.Module):
     'el gato negro duerme'
     """
 
+    ids_name = "translate_ids"  # the method taking token ids, for the export writers
+    text_output = "translations"  # what its texts come out as
+
     def __init__(self, model, beam_size=1, length_penalty=0.6, use_cache=True, max_length=None, xla=True):
         super().__init__(name="translator")
         trained = load(model) if isinstance(model, (str, Path)) else model

@@ -1,14 +1,16 @@
 """Whole jobs, end to end: train a translator, train a language model.
 
-Each sets up the strategy, seeds and precision; learns the vocabularies;
-builds and compiles the model under the strategy; runs model.fit with the
-backup, the budget and (for a translator) the keeper of the best
-translations; and saves the model directory on the chief. The CLI is a thin
+Both check their input and run one sequence, `_train`: set up the strategy,
+seeds and precision; learn the vocabularies; build and compile the model
+under the strategy; run model.fit with the backup, the budget and (given
+validation pairs) the keeper of the best translations; and save the model
+directory on the chief. The CLI is a thin
 layer over these; notebooks and scripts call them directly.
 """
 
 import contextlib
 import dataclasses
+import json
 import shutil
 import time
 from pathlib import Path
@@ -31,7 +33,7 @@ from kformer.model_dir import (
     write_atomically,
 )
 from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TimeBudget
-from kformer.training.config import ARCHITECTURE, TrainingConfig
+from kformer.training.config import ARCHITECTURE, ConfigError, TrainingConfig
 from kformer.training.distribute import fit_across_workers, make_strategy
 from kformer.training.evaluation import BestTranslations
 from kformer.training.history import learning_curves, whole_history
@@ -250,6 +252,29 @@ def _save_finished(trained, out, strategy):
     return trained
 
 
+def refuse_new_architecture(init_from, asked):
+    """Fine-tuning keeps the architecture it starts from: a setting in `asked` that differs is a `ConfigError`.
+
+    Reads only `init_from`/config.json's "training" entry (what `kformer train`
+    records); a directory without one is left for `load` to refuse.
+
+    Args:
+        asked: {setting: value} the caller chose.
+    """
+    try:
+        saved = json.loads((Path(init_from) / "config.json").read_text(encoding="utf-8"))["training"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    saved = {"shared_vocab": False, **saved}  # older directories: separate vocabularies
+    for name, value in asked.items():
+        if name in ARCHITECTURE and name in saved and value != saved[name]:
+            raise ConfigError(
+                name,
+                f"asks for {value}, but the model in {init_from} has {saved[name]}: fine-tuning (--init-from) keeps "
+                "the architecture it starts from; leave it out",
+            )
+
+
 def _starting_point(config, out):
     """For --init-from: the trained translator to start from, with `config` taking its architecture.
 
@@ -303,39 +328,16 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
         raise DataError('splits must be a dict {"train": pairs, "valid": pairs (optional)}, as split_pairs returns.')
     train_pairs = check_pairs(splits["train"], "splits['train']")
     valid_pairs = check_pairs(splits.get("valid") or [], "splits['valid']")
+    if config.init_from:
+        asked = {name: getattr(config, name) for name in ARCHITECTURE}
+        default = dataclasses.asdict(TrainingConfig())
+        refuse_new_architecture(config.init_from, {k: v for k, v in asked.items() if v != default[k]})
     out = Path(out)
     prepare_output(out, overwrite)
     if not train_pairs:
         raise DataError("the training split is empty; give more sentence pairs.")
     base, config = _starting_point(config, out)
-    with _training_setup(config) as (strategy, policy):
-        source, target = _vocabularies(out, train_pairs, config, verbose)
-        batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
-        steps_per_epoch = config.steps_per_epoch or batches_per_epoch(train_pairs, source, target, **batches)
-        weights = base.model.get_weights() if base else None
-        sizes = (source.vocab_size, target.vocab_size)
-        model, schedule = _build(strategy, config, build_transformer, sizes, steps_per_epoch, weights)
-        require_space(out, model)
-        train = make_dataset(train_pairs, source, target, repeat=True, seed=config.seed, **batches)
-        valid, keeper = None, None
-        if valid_pairs:
-            valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches)
-            best = out / "training" / "best.weights.h5"
-            keeper = BestTranslations(valid_pairs, source, target, config.max_length, best)
-        if verbose:
-            start = f"from {config.init_from}, " if base else ""
-            print(
-                f"Training a {model.count_params():,}-parameter Transformer {start}on {len(train_pairs):,} pairs "
-                f"({steps_per_epoch} steps an epoch, {policy}{'' if uses_xla(config) else ' without XLA'}, "
-                f"strategy {config.strategy}) ...",
-                flush=True,
-            )
-        _, summary = _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper)
-        if keeper is not None and keeper.best >= 0:
-            summary["val_chrf_kept"] = keeper.best
-    config_json = {"kind": "translator", "max_length": config.max_length, "training": dataclasses.asdict(config)}
-    trained = TrainedModel(model, source, target, {**config_json, "result": summary})
-    return _save_finished(trained, out, strategy)
+    return _train("translator", train_pairs, valid_pairs, out, config, verbose, base)
 
 
 def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
@@ -353,28 +355,54 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
     prepare_output(out, overwrite)
     if not lines:
         raise DataError("no text to train on; give at least one line.")
-    with _training_setup(config) as (strategy, _):
-        tokenizer = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose, "the training text")
-        # A language model is a translator from nothing: reuse the pair pipeline
-        # with an empty source and keep only the decoder side.
-        pairs = [("", line) for line in lines]
+    # A language model is a translator from nothing: the pair pipeline with an empty source, decoder side kept.
+    return _train("language_model", [("", line) for line in lines], [], out, config, verbose)
+
+
+def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
+    """The training sequence both jobs share: vocabularies, model, data, fit, model directory.
+
+    `kind` is "translator" or "language_model"; `base` the `TrainedModel` to start from (--init-from).
+    """
+    translator = kind == "translator"
+    with _training_setup(config) as (strategy, policy):
+        if translator:
+            source, target = _vocabularies(out, pairs, config, verbose)
+            builder, sizes, model_config = build_transformer, (source.vocab_size, target.vocab_size), config
+        else:
+            lines = [line for _, line in pairs]
+            target = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose, "the training text")
+            source, builder, sizes = target, build_decoder_only, (target.vocab_size,)
+            # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
+            tie = config.tie_embeddings or config.shared_vocab
+            model_config = dataclasses.replace(config, shared_vocab=False, tie_embeddings=tie)
         batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
-        steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, tokenizer, tokenizer, **batches)
-        # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
-        tie = config.tie_embeddings or config.shared_vocab
-        lm_config = dataclasses.replace(config, shared_vocab=False, tie_embeddings=tie)
-        model, schedule = _build(strategy, lm_config, build_decoder_only, (tokenizer.vocab_size,), steps_per_epoch)
+        steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, source, target, **batches)
+        weights = base.model.get_weights() if base else None
+        model, schedule = _build(strategy, model_config, builder, sizes, steps_per_epoch, weights)
         require_space(out, model)
-        dataset = make_dataset(pairs, tokenizer, tokenizer, repeat=True, seed=config.seed, **batches)
-        dataset = dataset.map(lambda inputs, labels: (inputs[1], labels))
+        train = make_dataset(pairs, source, target, repeat=True, seed=config.seed, **batches)
+        if not translator:
+            train = train.map(lambda inputs, labels: (inputs[1], labels))  # the decoder side only
+        valid, keeper = None, None
+        if valid_pairs:
+            valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches)
+            best = out / "training" / "best.weights.h5"
+            keeper = BestTranslations(valid_pairs, source, target, config.max_length, best)
         if verbose:
+            what = "Transformer" if translator else "decoder-only model"
+            start = f"from {config.init_from}, " if base else ""
             print(
-                f"Training a {model.count_params():,}-parameter decoder-only model on {len(lines):,} lines "
-                f"({steps_per_epoch} steps an epoch) ...",
+                f"Training a {model.count_params():,}-parameter {what} {start}on {len(pairs):,} "
+                f"{'pairs' if translator else 'lines'} ({steps_per_epoch} steps an epoch, {policy}"
+                f"{'' if uses_xla(config) else ' without XLA'}, strategy {config.strategy}) ...",
                 flush=True,
             )
-        _, summary = _fit(model, schedule, dataset, None, steps_per_epoch, out, config, verbose)
-    summary["perplexity"] = round(perplexity(summary.get("loss", 50.0)), 2)
-    config_json = {"kind": "language_model", "max_length": config.max_length, "training": dataclasses.asdict(config)}
-    trained = TrainedModel(model, None, tokenizer, {**config_json, "result": summary})
+        _, summary = _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper)
+    if keeper is not None and keeper.best >= 0:
+        summary["val_chrf_kept"] = keeper.best
+    if not translator:
+        summary["perplexity"] = round(perplexity(summary.get("loss", 50.0)), 2)
+    config_json = {"kind": kind, "max_length": config.max_length, "training": dataclasses.asdict(config)}
+    trained = TrainedModel(model, source if translator else None, target, {**config_json, "result": summary})
     return _save_finished(trained, out, strategy)
