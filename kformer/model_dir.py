@@ -6,13 +6,17 @@ DIR/target_vocab.txt
 DIR/config.json         model and training settings, with "kind": "translator"
                         or "language_model"; written last, so a directory
                         without it is incomplete
+DIR/.kformer.lock       while a run writes the directory: its pid, host and start
 """
 
+import contextlib
 import glob
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +28,7 @@ MODEL_FILE = "model.keras"
 SOURCE_VOCAB_FILE = "source_vocab.txt"
 TARGET_VOCAB_FILE = "target_vocab.txt"
 CONFIG_FILE = "config.json"
+LOCK_FILE = ".kformer.lock"
 
 
 class ModelDirectoryError(ValueError):
@@ -121,16 +126,7 @@ def prepare_output(directory, overwrite=False):
     Raises:
         ModelDirectoryError: a finished model is there and `overwrite` is False.
     """
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise ModelDirectoryError(f"{directory}: is a file, not a directory; choose another --out.")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=directory).close()
-    except OSError as error:
-        raise ModelDirectoryError(
-            f"{directory}: cannot write there ({error.strerror}); choose a directory you can write to."
-        ) from None
+    directory = _writable_directory(directory)
     if not (directory / CONFIG_FILE).is_file():
         return
     if not overwrite:
@@ -141,6 +137,85 @@ def prepare_output(directory, overwrite=False):
     for name in (CONFIG_FILE, MODEL_FILE, SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, "learning_curves.png"):
         (directory / name).unlink(missing_ok=True)
     shutil.rmtree(directory / "training", ignore_errors=True)
+
+
+def _writable_directory(directory):
+    """`directory`, made if missing, once it is known to be a directory this process can write to."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ModelDirectoryError(f"{directory}: is a file, not a directory; choose another --out.")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as error:
+        raise ModelDirectoryError(
+            f"{directory}: cannot write there ({error.strerror}); choose a directory you can write to."
+        ) from None
+    return directory
+
+
+@contextlib.contextmanager
+def run_lock(directory):
+    """Holds `directory` for one writing run: a second run into it refuses while this one lives.
+
+    The lock is a file holding this process's pid, host and start time,
+    created whole in one step (a link of a finished file). A lock whose
+    process is gone (killed, on this host) is stale and taken over, so an
+    interrupted run resumes; one held by a live process, or by a process on
+    another host (whose liveness this host cannot see), refuses with a
+    `ModelDirectoryError` that names it.
+    """
+    directory = _writable_directory(directory)
+    path = directory / LOCK_FILE
+    mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with tempfile.NamedTemporaryFile("w", dir=directory, prefix=".lock-", delete=False) as draft:
+        json.dump(mine, draft)
+    try:
+        while True:
+            try:
+                os.link(draft.name, path)
+                break
+            except FileExistsError:
+                holder = _lock_holder(path)
+                if holder is not None and not _gone(holder):
+                    elsewhere = holder["host"] != mine["host"]
+                    raise ModelDirectoryError(
+                        f"{directory}: another kformer run is writing it (pid {holder['pid']} on {holder['host']}, "
+                        f"started {holder['started']}); wait for it to end or choose another --out"
+                        + (f" (if that run is gone, delete {path})." if elsewhere else ".")
+                    ) from None
+                path.unlink(missing_ok=True)  # stale: the run that wrote it is gone
+    finally:
+        os.unlink(draft.name)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _lock_holder(path):
+    """The {pid, host, started} a lock file holds; None when it is unreadable or gone."""
+    try:
+        holder = json.loads(path.read_text(encoding="utf-8"))
+        return holder if isinstance(holder, dict) and {"pid", "host", "started"} <= holder.keys() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _gone(holder):
+    """Whether the process that took a lock has ended (known only on this host)."""
+    if holder["host"] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    try:  # a killed process its parent has not reaped yet is a zombie: ended too
+        return Path(f"/proc/{holder['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def require_space(directory, model):

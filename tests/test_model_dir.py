@@ -204,3 +204,47 @@ def test_a_model_file_that_would_run_code_is_refused(saved):
     keras.Model(inputs, keras.layers.Lambda(lambda x: x * 2)(inputs)).save(directory / "model.keras")
     with pytest.raises(ModelDirectoryError, match=r"model.keras: cannot be loaded as a Keras model .*lambda"):
         load(directory)
+
+
+def test_a_lock_held_by_a_live_run_refuses_and_one_left_by_an_ended_run_is_taken_over(tmp_path):
+    import os
+    import re
+    import socket
+    import subprocess
+    import sys
+
+    from kformer.model_dir import LOCK_FILE, run_lock
+
+    lock, host = tmp_path / LOCK_FILE, socket.gethostname()
+
+    def held_by(pid, on=host):
+        lock.write_text(json.dumps({"pid": pid, "host": on, "started": "2026-12-02 06:00:00"}))
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    reaped = subprocess.Popen([sys.executable, "-c", "pass"])
+    reaped.wait()
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: still in the process table
+    try:
+        held_by(live.pid)
+        expected = (
+            f"{tmp_path}: another kformer run is writing it (pid {live.pid} on {host}, started 2026-12-02 "
+            "06:00:00); wait for it to end or choose another --out."
+        )
+        with pytest.raises(ModelDirectoryError, match=f"^{re.escape(expected)}$"), run_lock(tmp_path):
+            pass
+        assert json.loads(lock.read_text())["pid"] == live.pid  # the live run's lock is left alone
+        held_by(live.pid, on="another-host")  # whether it lives cannot be seen from here
+        with pytest.raises(ModelDirectoryError, match=f"if that run is gone, delete {re.escape(str(lock))}"):
+            with run_lock(tmp_path):
+                pass
+        for ended in (reaped.pid, zombie.pid):
+            held_by(ended)
+            with run_lock(tmp_path):
+                assert json.loads(lock.read_text())["pid"] == os.getpid()
+            assert not lock.exists()
+        assert list(tmp_path.iterdir()) == []  # no draft of a lock left behind
+    finally:
+        live.kill()
+        live.wait()
+        zombie.wait()

@@ -227,6 +227,25 @@ def test_init_from_refuses_another_architecture_from_python_too(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "tf_config, chief",
+    [
+        (None, True),
+        ({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}, True),
+        ({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}, False),
+        ({"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}, True),
+        ({"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}, False),
+    ],
+)
+def test_only_the_chief_of_a_cluster_holds_and_writes_the_model_directory(monkeypatch, tf_config, chief):
+    from kformer.training.jobs import _is_chief
+
+    if tf_config is not None:
+        monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    assert _is_chief(TrainingConfig(strategy="multiworker")) is chief
+    assert _is_chief(TrainingConfig()) is True  # one process: it writes
+
+
 def test_init_from_needs_a_trained_translator(tmp_path, capsys):
     argv = train_command(tmp_path / "out", "--init-from", str(tmp_path / "missing"), "--epochs", "1")[3:]
     assert main(argv) == 2

@@ -110,6 +110,25 @@ def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_
     assert resumed_loss <= clean_loss * 1.05
 
 
+def test_a_second_run_into_the_same_out_refuses_while_the_first_one_lives(tmp_path):
+    import socket
+
+    out = tmp_path / "model"
+    command = train_command(out, "--epochs", str(EPOCHS))
+    first = start(command)
+    while not (out / ".kformer.lock").exists():
+        assert first.poll() is None, "the first run ended before it held its directory"
+        time.sleep(0.05)
+    code, _, stderr = finish(start(command), timeout=120)
+    assert first.poll() is None, "the first run ended before the second one was refused"
+    assert code == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert f"another kformer run is writing it (pid {first.pid} on {socket.gethostname()}, started " in stderr
+    code, _, stderr = finish(first)
+    assert code == 0, stderr[-3000:]
+    assert [row["epoch"] for row in history(out)] == [str(epoch) for epoch in range(EPOCHS)]  # one header, once each
+    assert not (out / ".kformer.lock").exists()
+
+
 def test_a_resumed_runs_record_is_read_back_whole(tmp_path):
     """Keras' CSVLogger appends across restarts: each epoch counts once, as last logged; empty columns go."""
     import keras

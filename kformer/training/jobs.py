@@ -11,6 +11,7 @@ layer over these; notebooks and scripts call them directly.
 import contextlib
 import dataclasses
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from kformer.model_dir import (
     load,
     prepare_output,
     require_space,
+    run_lock,
     write_atomically,
 )
 from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TimeBudget
@@ -234,19 +236,31 @@ def _fit_across_workers(model, schedule, train, steps_per_epoch, config, verbose
     return history, summary
 
 
-def _is_chief(strategy):
-    """True except on the non-chief workers of a multi-worker cluster (they must not write the directory)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return (
-        resolver is None
-        or resolver.task_type in (None, "chief")
-        or (resolver.task_type == "worker" and resolver.task_id == 0)
-    )
+def _is_chief(config):
+    """False only on the workers of a multi-worker cluster that are not its chief: they must not write `out`.
+
+    The chief is the task of type "chief" (TF_CONFIG), or without one worker 0.
+    """
+    if config.strategy != "multiworker":
+        return True
+    tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    task = tf_config.get("task", {})
+    if "chief" in tf_config.get("cluster", {}):
+        return task.get("type") == "chief"
+    return task.get("type") in (None, "worker") and task.get("index", 0) == 0
 
 
-def _save_finished(trained, out, strategy):
+@contextlib.contextmanager
+def _claim(out, overwrite, config):
+    """`out` held for this run (`run_lock`; by the chief, where several workers train) and made ready for it."""
+    with run_lock(out) if _is_chief(config) else contextlib.nullcontext():
+        prepare_output(out, overwrite)
+        yield
+
+
+def _save_finished(trained, out, config):
     """Saves the finished model (on the chief only); its resumable backup is then no longer needed."""
-    if _is_chief(strategy):
+    if _is_chief(config):
         trained.save(out)
         shutil.rmtree(out / "training" / "backup", ignore_errors=True)
     return trained
@@ -332,12 +346,12 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
         asked = {name: getattr(config, name) for name in ARCHITECTURE}
         default = dataclasses.asdict(TrainingConfig())
         refuse_new_architecture(config.init_from, {k: v for k, v in asked.items() if v != default[k]})
-    out = Path(out)
-    prepare_output(out, overwrite)
     if not train_pairs:
         raise DataError("the training split is empty; give more sentence pairs.")
-    base, config = _starting_point(config, out)
-    return _train("translator", train_pairs, valid_pairs, out, config, verbose, base)
+    out = Path(out)
+    with _claim(out, overwrite, config):
+        base, config = _starting_point(config, out)
+        return _train("translator", train_pairs, valid_pairs, out, config, verbose, base)
 
 
 def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
@@ -351,12 +365,12 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
         The `TrainedModel` (its `source_tokenizer` is None), also saved under `out`.
     """
     config = config or TrainingConfig()
-    out = Path(out)
-    prepare_output(out, overwrite)
     if not lines:
         raise DataError("no text to train on; give at least one line.")
-    # A language model is a translator from nothing: the pair pipeline with an empty source, decoder side kept.
-    return _train("language_model", [("", line) for line in lines], [], out, config, verbose)
+    out = Path(out)
+    with _claim(out, overwrite, config):
+        # A language model is a translator from nothing: the pair pipeline with an empty source, decoder side kept.
+        return _train("language_model", [("", line) for line in lines], [], out, config, verbose)
 
 
 def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
@@ -405,4 +419,4 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
         summary["perplexity"] = round(perplexity(summary.get("loss", 50.0)), 2)
     config_json = {"kind": kind, "max_length": config.max_length, "training": dataclasses.asdict(config)}
     trained = TrainedModel(model, source if translator else None, target, {**config_json, "result": summary})
-    return _save_finished(trained, out, strategy)
+    return _save_finished(trained, out, config)
