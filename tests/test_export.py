@@ -1,6 +1,7 @@
 """Export: SavedModel, TFLite and ONNX artifacts, each proven equal to Keras in a fresh process."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -251,6 +252,33 @@ def test_a_failed_export_leaves_nothing_that_looks_complete(trained, tmp_path, m
     monkeypatch.setattr(kformer.deploy.export, "_onnx", broken)
     with pytest.raises(ExportError, match="simulated"):
         export(trained, tmp_path / "out", formats=("saved_model", "onnx"), verbose=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_too_little_disk_space_is_refused_before_any_work(trained, tmp_path, monkeypatch):
+    import types
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=2**20))
+    out = tmp_path / "out"
+    with pytest.raises(ExportError) as error:
+        export(trained, out, verbose=False)
+    expected = rf"{re.escape(str(out))}: 1 MiB free, but this export writes about [\d,.]+ MiB; free .*"
+    assert re.fullmatch(expected, str(error.value))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_disk_that_fills_mid_export_leaves_nothing_and_says_so(trained, tmp_path, monkeypatch):
+    import kformer.deploy.export
+
+    def full(job):  # what tf.saved_model.save raises when the disk fills (SaveV2)
+        (job.staging / "saved_model").mkdir()
+        raise tf.errors.ResourceExhaustedError(None, None, "variables.data-00000-of-00001: No space left on device")
+
+    monkeypatch.setitem(kformer.deploy.export.WRITERS, "saved_model", full)
+    out = tmp_path / "out"
+    with pytest.raises(ExportError) as error:
+        export(trained, out, formats=("saved_model",), verbose=False)
+    assert str(error.value).startswith(f"{out}: the disk filled up while exporting, and nothing was left there; ")
     assert list(tmp_path.iterdir()) == []
 
 

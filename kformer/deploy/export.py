@@ -27,6 +27,7 @@ memory on every call). Each format is one writer function in `WRITERS`.
 """
 
 import dataclasses
+import errno
 import glob
 import importlib.util
 import json
@@ -336,6 +337,7 @@ def export(
     _check_request(formats, quantize, out)
     trained = _in_float32(model if isinstance(model, TrainedModel) else load(model))
     formats, skipped = _formats_for(trained.kind, formats, quantize, beam_size)
+    needed = _require_space(out, trained, formats, quantize)
     if trained.kind == "translator":
         endpoints = _Endpoints(Translator(trained, beam_size=beam_size, xla=xla))
         converted = _Endpoints(Translator(trained, beam_size=beam_size, xla=False)) if xla else endpoints
@@ -367,8 +369,13 @@ def export(
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(staging, out)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if _disk_full(error):
+            raise ExportError(
+                f"{out}: the disk filled up while exporting, and nothing was left there; this export needs about "
+                f"{needed / 2**20:,.0f} MiB: free some space or choose another --out."
+            ) from None
         raise
     say(f"Exported {', '.join(formats)} to {out}/.")
     return manifest
@@ -392,6 +399,31 @@ def _formats_for(kind, formats, quantize, beam_size):
             f"--quantize applies to TFLite here (a {kind} has no CTranslate2 export); add tflite to --formats."
         )
     return formats, {"ctranslate2": "exported for translators only"}
+
+
+def _require_space(out, trained, formats, quantize):
+    """The bytes an export writes, about: 4 a weight for each artifact. Refuses a disk with less free.
+
+    The artifacts: the SavedModel and the archive the converters read; TFLite's
+    ids, forward and text models and each quantized variant; ONNX's two
+    models; CTranslate2 and each variant (quantized ones count as whole, to spare).
+    """
+    copies = {"saved_model": 2, "tflite": 3 + len(quantize), "onnx": 2, "ctranslate2": 1 + len(quantize)}
+    needed = 4 * trained.model.count_params() * sum(copies[f] for f in formats)
+    free = shutil.disk_usage(out.resolve().parent).free
+    if free < needed:
+        raise ExportError(
+            f"{out}: {free / 2**20:,.0f} MiB free, but this export writes about {needed / 2**20:,.0f} MiB; "
+            "free some space or choose another --out."
+        )
+    return needed
+
+
+def _disk_full(error):
+    """Whether `error` says the disk is full: Python's ENOSPC, or TensorFlow's (SaveV2 raises ResourceExhausted)."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    return isinstance(error, tf.errors.ResourceExhaustedError) or "No space left on device" in str(error)
 
 
 def _staging(out):
