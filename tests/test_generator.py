@@ -91,6 +91,17 @@ def test_top_k_never_leaves_the_k_most_likely_tokens(random_lm):
             assert token in np.argsort(row)[-3:]
 
 
+def test_top_p_draws_only_from_the_nucleus_in_proportion():
+    """p = (.35, .25, .15, .10, .08, .07), top_p .55: the nucleus is the two most likely tokens, drawn 35:25."""
+    from kformer.inference.decoding import sampler
+
+    probabilities = np.array([0.10, 0.35, 0.07, 0.25, 0.15, 0.08])  # the nucleus: ids 1 and 3
+    logits = tf.constant(np.tile(np.log(probabilities), (4000, 1)), tf.float32)
+    drawn = to_numpy(sampler(temperature=1.0, top_p=0.55, seed=3)(logits, tf.constant(0)))
+    assert set(drawn.tolist()) == {1, 3}
+    assert np.mean(drawn == 1) == pytest.approx(0.35 / 0.60, abs=0.03)
+
+
 def test_the_same_seed_gives_the_same_sample_and_another_seed_another(random_lm):
     prompts = ["a b", "c", "d e f"] * 4
 

@@ -122,3 +122,17 @@ def test_mixed_precision_keeps_logits_float32():
         assert np.isfinite(to_numpy(logits)).all()
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_the_embeddings_are_dropped_while_training():
+    """Every block's dropout switched off, training still drops: the dropout on embedding + position."""
+    model = build_transformer(20, 20, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.5)
+    encoder = model.get_layer("encoder")
+    for block in encoder.blocks:
+        for layer in (block.residual_dropout, block.self_attention.attention_dropout):
+            layer.rate = 0.0
+    tokens = np.random.default_rng(0).integers(1, 20, size=(2, 6)).astype("int32")
+    encoder.embedding_dropout.rate = 0.0
+    np.testing.assert_allclose(to_numpy(encoder(tokens, training=True)), to_numpy(encoder(tokens)), atol=1e-6)
+    encoder.embedding_dropout.rate = 0.5
+    assert not np.allclose(to_numpy(encoder(tokens, training=True)), to_numpy(encoder(tokens)), atol=1e-3)

@@ -120,10 +120,15 @@ def test_masks_on_random_shapes_match_numpy(batch, target, source, causal, self_
     if causal and self_attention:
         masks.append(make_causal_mask(target))  # (1, T, T)
     mask = to_numpy(combine_masks(*masks))
+    # The reference mask, built without kformer: key j is visible to query i if it is a real token
+    # and, causally, j <= i.
+    full_mask = np.broadcast_to((tokens != 0)[:, None, :], (batch, target, keys))
+    if causal and self_attention:
+        full_mask = full_mask & np.tril(np.ones((target, keys), bool))
+    np.testing.assert_array_equal(np.broadcast_to(mask, full_mask.shape), full_mask)
     query, key = rng.normal(size=(batch, target, 4)), rng.normal(size=(batch, keys, 4))
     value = rng.normal(size=(batch, keys, 3))
     output, weights = scaled_dot_product_attention(*(v.astype("float32") for v in (query, key, value)), mask)
-    full_mask = np.broadcast_to(mask, (batch, target, keys))
     expected_output, expected_weights = reference_attention(query, key, value, full_mask)
     np.testing.assert_allclose(to_numpy(weights), expected_weights, atol=1e-5)
     np.testing.assert_allclose(to_numpy(output), expected_output, atol=1e-5)

@@ -135,3 +135,14 @@ def test_feed_forward_has_no_hidden_dropout_but_attention_weights_do():
     )
     attention = lambda training: to_numpy(block.self_attention(x, training=training))  # noqa: E731
     assert not np.allclose(attention(True), attention(False), atol=1e-3)
+
+
+def test_each_sub_layers_output_is_dropped_too_not_only_the_attention_weights():
+    """With the attention weights' dropout switched off, training still drops: the residual branches' dropout."""
+    block = TransformerBlock(16, 4, 32, dropout=0.5)
+    x = random_normal(2, 5, 16)
+    block(x)  # build
+    block.self_attention.attention_dropout.rate = 0.0
+    attention = lambda training: to_numpy(block.self_attention(x, training=training))  # noqa: E731
+    np.testing.assert_allclose(attention(True), attention(False), atol=1e-6)  # the weights' dropout is off
+    assert not np.allclose(to_numpy(block(x, training=True)), to_numpy(block(x, training=False)), atol=1e-3)
