@@ -64,20 +64,26 @@ def test_the_default_recipe_learns_the_builtin_corpus(clean_run):
 
 
 def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_run, tmp_path):
-    rng = np.random.default_rng(7)
+    seed = int.from_bytes(os.urandom(4), "little")  # a new moment each run; the seed in a failure replays it
+    rng = np.random.default_rng(seed)
     out = tmp_path / "model"
-    command = train_command(out, "--epochs", str(EPOCHS), "--backup-steps", "20")
+    # Backups only at epoch ends (80 steps): between the signal and the stop, the interrupt's own save is the
+    # only one, unless the signal lands in an epoch's last moments.
+    command = train_command(out, "--epochs", str(EPOCHS), "--backup-steps", "1000")
 
     # Ctrl-C at a random moment: saved, resumable, one clear line, exit status 130.
     first = start(command)
     wait_for_a_backup(first, out)
     time.sleep(rng.uniform(0.0, 2.0))
-    assert first.poll() is None
+    assert first.poll() is None, f"seed {seed}"
+    before = saved_state(out)["step"]
     first.send_signal(signal.SIGINT)
     code, _, stderr = finish(first, timeout=60)
     assert code == 130, stderr[-3000:]
     assert "Run the same command again to resume it" in stderr and "Traceback" not in stderr
     interrupted = saved_state(out)
+    assert interrupted["step"] > before, f"seed {seed}: the interrupt saved nothing"
+    assert f"interrupted at step {interrupted['step']:,};" in stderr
     assert not (out / "config.json").exists()
 
     # SIGKILL at a random later moment: no chance to save; the last backup must do.
@@ -86,7 +92,7 @@ def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_
         assert second.poll() is None, "the resumed run ended before its next backup"
         time.sleep(0.05)
     time.sleep(rng.uniform(0.0, 2.0))
-    assert second.poll() is None
+    assert second.poll() is None, f"seed {seed}"
     second.kill()
     second.wait()
     killed = saved_state(out)
@@ -277,7 +283,7 @@ def test_an_unwritable_out_is_refused_before_training(tmp_path):
     assert f"{blocked / 'model'}: cannot write there" in stderr and "Traceback" not in stderr
 
 
-def test_too_little_disk_space_is_refused_before_training(tmp_path, monkeypatch):
+def test_too_little_disk_space_is_refused_before_training(tmp_path, monkeypatch, capsys):
     import shutil
     import types
 
@@ -290,6 +296,11 @@ def test_too_little_disk_space_is_refused_before_training(tmp_path, monkeypatch)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=2**20))
     with pytest.raises(ModelDirectoryError, match=r"1 MiB free, but training this model writes about 305 MiB"):
         require_space(tmp_path, Model())
+    # And the training job asks before its first step: nothing but the vocabularies is written.
+    out = tmp_path / "model"
+    assert main(train_command(out, "--epochs", "1")[3:]) == 2
+    assert re.search(r"1 MiB free, but training this model writes about [\d.]+ MiB", capsys.readouterr().err)
+    assert not (out / "training").exists()
 
 
 def test_same_seed_same_weights(tmp_path):
