@@ -104,7 +104,7 @@ def test_saved_model_runs_with_only_tensorflow_and_tensorflow_text(exported, ref
     assert_saved_model_runs_alone(exported[0], reference)
 
 
-def test_the_rest_request_replays_to_its_response(exported):
+def test_the_rest_request_replays_to_its_response(trained, exported):
     out, _ = exported
     result = subprocess.run(
         [sys.executable, str(REPO / "export" / "serving_client.py"), str(out)], capture_output=True, text=True
@@ -112,6 +112,9 @@ def test_the_rest_request_replays_to_its_response(exported):
     assert result.returncode == 0, result.stderr[-3000:]
     response = json.loads((out / "serving" / "response.json").read_text())
     assert json.loads(result.stdout.strip().splitlines()[-1]) == response
+    # And the response the export wrote is the Keras model's own translation of the request.
+    request = json.loads((out / "serving" / "request.json").read_text())
+    assert response["predictions"] == Translator(trained).translate(request["instances"])
     assert "model_config_list" in (out / "serving" / "models.config").read_text()
 
 
