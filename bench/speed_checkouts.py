@@ -13,7 +13,7 @@ time, so machine noise hits both alike. A round times, in each worker:
 The table gives the best round of each, and this checkout's time over the other's.
 
     git worktree add /tmp/before <commit>
-    python bench/speed_checkouts.py --other /tmp/before [--rounds 5]
+    python bench/speed_checkouts.py --other /tmp/before [--rounds 5] [--only "greedy, XLA"]
 """
 
 import argparse
@@ -29,8 +29,8 @@ D, HEADS, LAYERS, D_FF, VOCAB, BATCH, LENGTH = 256, 8, 2, 1024, 8000, 64, 40
 TRAIN_STEPS = 10
 
 
-def contenders():
-    """{name: run()} for this process's kformer, each traced and warmed up."""
+def contenders(only=""):
+    """{name: run()} for this process's kformer (those whose name holds `only`), each traced and warmed up."""
     import keras
     import numpy as np
 
@@ -59,14 +59,15 @@ def contenders():
             for batch in (1, BATCH):
                 name = f"{'greedy' if beam_size == 1 else 'beam 4'}, {'XLA' if xla else 'graph loop'}, batch {batch}"
                 runs[name] = lambda t=translator, ids=sources[:batch]: t.translate_ids(ids).numpy()
+    runs = {name: run for name, run in runs.items() if only in name}
     for run in runs.values():
         run()
     return runs
 
 
-def worker():
+def worker(only):
     """Warms up, then times one round of every contender for each line read, answering with JSON."""
-    runs = contenders()
+    runs = contenders(only)
     print(json.dumps(list(runs)), flush=True)
     for _ in sys.stdin:
         seconds = {}
@@ -77,11 +78,10 @@ def worker():
         print(json.dumps(seconds), flush=True)
 
 
-def start(checkout):
+def start(checkout, only):
     env = dict(os.environ, PYTHONPATH=str(checkout), TF_CPP_MIN_LOG_LEVEL="3")
-    process = subprocess.Popen(
-        [sys.executable, str(HERE), "--worker"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+    command = [sys.executable, str(HERE), "--worker", "--only", only]
+    process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     json.loads(process.stdout.readline())  # warmed up
     return process
 
@@ -90,17 +90,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--other", type=Path, help="the other kformer checkout")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", default="", help="time only the contenders whose name holds this, e.g. 'XLA'")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker()
+        return worker(args.only)
     if args.other is None:
         parser.error("--other is required")
     checkouts = {"this": HERE.parent.parent, "other": args.other.resolve()}
     workers = {}
     for who, checkout in checkouts.items():  # one at a time: warming up compiles on both cores
         print(f"warming up {who} ({checkout}) ...", file=sys.stderr, flush=True)
-        workers[who] = start(checkout)
+        workers[who] = start(checkout, args.only)
     rounds = {who: [] for who in workers}
     for round_index in range(args.rounds):
         for who, process in workers.items():

@@ -20,6 +20,7 @@ import pytest
 from conftest import EPOCHS, REPO, STEPS_PER_EPOCH, train_command
 
 from kformer.cli import main
+from kformer.model_dir import load
 from kformer.training.callbacks import Backup
 from kformer.training.config import TrainingConfig
 
@@ -103,6 +104,10 @@ def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_
     result = json.loads((out / "config.json").read_text())["result"]
     # It went on from the last backup: the epoch cut short by the kill ran again from its start.
     assert result["steps"] == killed["step"] + (EPOCHS - killed["epoch"]) * STEPS_PER_EPOCH
+    # The budget schedule ends at the run's real last step (later than 5 x 80 after a mid-epoch Ctrl-C,
+    # whose epoch ran again whole): no step trained at rate zero.
+    schedule = load(out).model.optimizer.get_config()["learning_rate"]
+    assert schedule["config"]["total_steps"] == result["steps"], schedule
     assert killed["step"] > interrupted["step"] > 0
     assert [row["epoch"] for row in history(out)] == [str(epoch) for epoch in range(EPOCHS)]
     # The record covers the whole run, epochs before the restarts included.

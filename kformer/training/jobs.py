@@ -185,6 +185,11 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             "was started with, or choose another --out."
         ) from None
     if backup.restored_step is not None:
+        if isinstance(schedule, BudgetSchedule) and not config.minutes:
+            # Keras reruns the interrupted epoch whole: the schedule ends where this run will, not at
+            # epochs x steps_per_epoch, or the rerun steps past that would train at rate zero.
+            remaining = (_epochs(config) - initial_epoch) * steps_per_epoch
+            schedule.total_steps.assign(float(backup.restored_step + remaining))
         if keeper is not None:
             keeper.resume()
         if verbose:
