@@ -317,12 +317,14 @@ def test_same_seed_same_weights(tmp_path):
     config = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, source_vocab_size=300, target_vocab_size=300)
     config.update(warmup_steps=100, epochs=1, steps_per_epoch=30, seed=3)
 
-    def train(name):
-        return train_translator(splits, tmp_path / name, TrainingConfig(**config), verbose=0).model
+    def train(name, **changes):
+        return train_translator(splits, tmp_path / name, TrainingConfig(**{**config, **changes}), verbose=0).model
 
     first, again = train("first"), train("again")
     assert int(first.optimizer.iterations.numpy()) == int(again.optimizer.iterations.numpy()) == 30
     assert all(np.array_equal(a, b) for a, b in zip(first.get_weights(), again.get_weights(), strict=True))
+    other = train("other", seed=4)  # and the seed is what decides: another gives other weights
+    assert not any(np.array_equal(a, b) for a, b in zip(first.get_weights(), other.get_weights(), strict=True))
 
 
 def test_a_disk_that_fills_while_saving_leaves_a_resumable_run_not_a_finished_one(tmp_path, monkeypatch, capsys):
