@@ -102,3 +102,5 @@ def test_cached_attention_equals_keras_hub_cached_multi_head_attention():
         )  # (B, 2, S, H, K)
         expected, _ = theirs(step, context, cache=their_context)
         np.testing.assert_allclose(to_numpy(ours_cross(step, cache=context_cache)), to_numpy(expected), atol=1e-5)
+    with pytest.raises(ValueError, match="pass `cache` and `cache_index` together"):
+        ours_self(x[:, :1], cache=our_cache)

@@ -67,6 +67,10 @@ class MultiHeadSelfAttention(MultiHeadAttentionBase):
         cache=None,
         cache_index=None,
     ):
+        if (cache is None) != (cache_index is None):
+            raise ValueError(
+                f"{self.name}: pass `cache` and `cache_index` together (where the keys and values of x go), or neither."
+            )
         if padding_mask is None:
             padding_mask = mask
         attention_mask = combine_masks(
