@@ -1,9 +1,9 @@
 """Generator: the decoder-only (GPT-style) model as text in, text out, in one tf.function.
 
 The same machinery as translation (`kformer.inference.decoding`): one step function
-over the fixed-size key/value cache, inside a `tf.while_loop`. The prompt is read through the same step, a position at a
-time, and the continuation is chosen greedily or sampled (temperature,
-top-k, top-p) with a seed.
+over the fixed-size key/value cache, inside a `tf.while_loop`. The prompt is read
+through the same step, a position at a time, and the continuation is chosen greedily
+or sampled (temperature, top-k, top-p) with a seed.
 """
 
 import math

@@ -134,10 +134,11 @@ class TransformerBlock(keras.layers.Layer):
         cache_index=None,
         context_cache=None,
     ):
-        if ((context is not None) or (context_cache is not None)) != self.cross_attention:
+        has_context = context is not None or context_cache is not None
+        if has_context != self.cross_attention:
             raise ValueError(
                 f"{self.name}: pass `context` exactly when cross_attention=True "
-                f"(cross_attention={self.cross_attention}, context given: {context is not None})."
+                f"(cross_attention={self.cross_attention}, context given: {has_context})."
             )
         if padding_mask is None:
             padding_mask = mask
