@@ -105,10 +105,11 @@ class _Stack(keras.layers.Layer):
 class Encoder(_Stack):
     """The encoder stack: source token ids -> context vectors `(B, S, D)`.
 
-    Source padding (id 0) is masked in every self-attention layer. Takes the
-    stack's arguments: vocab_size, d_model, num_heads, num_layers, d_ff,
-    dropout=0.1, norm_first=False.
+    Source padding (id 0) is masked in every self-attention layer.
     """
+
+    def __init__(self, vocab_size, d_model, num_heads, num_layers, d_ff, dropout=0.1, norm_first=False, **kwargs):
+        super().__init__(vocab_size, d_model, num_heads, num_layers, d_ff, dropout, norm_first, **kwargs)
 
     def build(self, encoder_tokens_shape):
         self._build_stack(encoder_tokens_shape)

@@ -1,5 +1,7 @@
 """Config round trips, .keras files loaded in a fresh process, TFLite builtins."""
 
+import inspect
+
 import keras
 import numpy as np
 import pytest
@@ -8,6 +10,8 @@ from conftest import TINY_BATCH, run_fresh_python, tiny_seq2seq, to_numpy
 from kformer import (
     CausalMask,
     CrossAttention,
+    Decoder,
+    Encoder,
     FeedForward,
     MultiHeadSelfAttention,
     PositionalEmbedding,
@@ -23,6 +27,8 @@ LAYERS = [
     TransformerBlock(
         8, 2, 16, dropout=0.2, causal=True, cross_attention=True, norm_first=True, layer_norm_epsilon=1e-5
     ),
+    Encoder(30, 8, 2, 3, 16, dropout=0.2, norm_first=True),
+    Decoder(30, 8, 2, 3, 16, dropout=0.2, norm_first=True, cross_attention=False, tie_embeddings=True),
 ]
 
 
@@ -33,6 +39,14 @@ def test_config_round_trip(layer):
     assert clone.get_config() == config
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(restored) is type(layer) and restored.get_config() == config
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: type(layer).__name__)
+def test_config_holds_every_argument_the_layer_takes(layer):
+    # A Decoder's `embedding` is another stack's layer, held by reference: a shared table
+    # (SharedEmbeddingTransformer rebuilds the sharing).
+    taken = set(inspect.signature(type(layer).__init__).parameters) - {"self", "kwargs", "embedding"}
+    assert taken <= set(layer.get_config()), taken - set(layer.get_config())
 
 
 def test_keras_file_loads_in_a_fresh_process_with_identical_outputs(tmp_path):
