@@ -116,7 +116,9 @@ class MultiHeadAttentionBase(keras.layers.Layer):
                 or, with `cache_index`, fixed-size buffers `(B, H, L, K)` that
                 the keys and values of `x` are written into at positions
                 `cache_index` onwards, each query seeing the buffer up to its
-                own position.
+                own position. A buffer of static length (what XLA compiles)
+                is read whole, masked; one of dynamic length only up to the
+                newest position, so early steps attend over few keys.
 
         Returns:
             `(output (B, T, D), weights (B, H, T, S or L), cache)`.
@@ -140,6 +142,9 @@ class MultiHeadAttentionBase(keras.layers.Layer):
             (query,), (key, value) = self.project(x, "query"), self.project(context, "key", "value", fused=fused)
         if cache is not None:
             key, value = cache = (_write(cache[0], cache_index, key), _write(cache[1], cache_index, value))
+            if key.shape[2] is None:  # a buffer of dynamic length (not XLA): read only the positions written
+                written = cache_index + ops.shape(x)[1]
+                key, value = key[:, :, :written], value[:, :, :written]
             attention_mask = make_causal_mask(ops.shape(x)[1], ops.shape(key)[2], start=cache_index)  # (1, T, L)
         return (*self._mix(query, key, value, attention_mask, training), cache)
 
