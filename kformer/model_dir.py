@@ -218,20 +218,19 @@ def _gone(holder):
         return False
 
 
-def require_space(directory, model):
-    """Refuses to start a run that the disk under `directory` cannot hold.
+def require_space(directory, needed, writing, error=ModelDirectoryError):
+    """Refuses to start `writing` (what a message calls it) `needed` bytes into `directory`.
 
-    A run writes about 8 copies of the weights: model.keras, the best
-    weights, and the backup with Adam's two moments (twice while replacing it).
+    The space is measured on `directory`, or on its nearest existing parent.
 
     Raises:
-        ModelDirectoryError: less free space than that; the message gives both sizes.
+        error: less free space than that; the message gives both sizes.
     """
-    needed = 8 * 4 * model.count_params()
-    free = shutil.disk_usage(directory).free
+    directory = Path(directory)
+    free = shutil.disk_usage(next(p for p in (directory, *directory.parents) if p.exists())).free
     if free < needed:
-        raise ModelDirectoryError(
-            f"{directory}: {free / 2**20:,.0f} MiB free, but training this model writes about "
+        raise error(
+            f"{directory}: {free / 2**20:,.0f} MiB free, but {writing} writes about "
             f"{needed / 2**20:,.0f} MiB; free some space or choose another --out."
         )
 

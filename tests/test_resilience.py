@@ -50,6 +50,7 @@ def wait_for_a_backup(process, out):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_the_default_recipe_learns_the_builtin_corpus(clean_run):
     """Bucketed batches, label smoothing 0.1, dropout 0.1, XLA, the paper's Adam and warmup: only the size is small."""
     out, printed = clean_run
@@ -64,6 +65,7 @@ def test_the_default_recipe_learns_the_builtin_corpus(clean_run):
     assert exact_match >= 95.0, printed  # 400 steps; unseen adjective-noun pairs in every test sentence
 
 
+@pytest.mark.slow
 def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_run, tmp_path):
     seed = int.from_bytes(os.urandom(4), "little")  # a new moment each run; the seed in a failure replays it
     rng = np.random.default_rng(seed)
@@ -121,6 +123,7 @@ def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_
     assert resumed_loss <= clean_loss * 1.05
 
 
+@pytest.mark.slow
 def test_a_second_run_into_the_same_out_refuses_while_the_first_one_lives(tmp_path):
     import socket
 
@@ -141,10 +144,10 @@ def test_a_second_run_into_the_same_out_refuses_while_the_first_one_lives(tmp_pa
 
 
 def test_a_resumed_runs_record_is_read_back_whole(tmp_path):
-    """Keras' CSVLogger appends across restarts: each epoch counts once, as last logged; empty columns go."""
+    """Keras' CSVLogger appends across restarts: an epoch run again is logged once, as last run; empty columns go."""
     import keras
 
-    from kformer.training.history import whole_history
+    from kformer.training.history import forget_epochs, whole_history
 
     path = tmp_path / "history.csv"
 
@@ -156,7 +159,10 @@ def test_a_resumed_runs_record_is_read_back_whole(tmp_path):
         logger.on_train_end()
 
     run([(0, 3.0), (1, 2.0)])  # killed after logging epoch 1, before its backup
-    run([(1, 1.9), (2, 1.5)])  # resumed: epoch 1 ran again
+    forget_epochs(path, 1)  # resumed from the backup of epoch 0's end: epoch 1 runs again
+    run([(1, 1.9), (2, 1.5)])
+    with open(path) as file:
+        assert [row["epoch"] for row in csv.DictReader(file)] == ["0", "1", "2"]
     assert whole_history(path) == {"accuracy": [0.7, 0.81, 0.85], "loss": [3.0, 1.9, 1.5]}
 
 
@@ -294,13 +300,9 @@ def test_too_little_disk_space_is_refused_before_training(tmp_path, monkeypatch,
 
     from kformer.model_dir import ModelDirectoryError, require_space
 
-    class Model:
-        def count_params(self):
-            return 10_000_000
-
     monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=2**20))
     with pytest.raises(ModelDirectoryError, match=r"1 MiB free, but training this model writes about 305 MiB"):
-        require_space(tmp_path, Model())
+        require_space(tmp_path, 320_000_000, "training this model")
     # And the training job asks before its first step: nothing but the vocabularies is written.
     out = tmp_path / "model"
     assert main(train_command(out, "--epochs", "1")[3:]) == 2
@@ -308,6 +310,7 @@ def test_too_little_disk_space_is_refused_before_training(tmp_path, monkeypatch,
     assert not (out / "training").exists()
 
 
+@pytest.mark.slow
 def test_same_seed_same_weights(tmp_path):
     """Same seed, data and machine: bit-identical weights, dropout and shuffling included (on CPU, with no flag)."""
     from kformer.data.corpus import builtin_splits

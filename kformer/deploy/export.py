@@ -46,7 +46,7 @@ from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.deploy import FORMATS, QUANTIZATIONS
 from kformer.inference.generator import Generator
 from kformer.inference.translator import Translator, padded_tokens
-from kformer.model_dir import TrainedModel, load, umask
+from kformer.model_dir import TrainedModel, load, require_space, umask
 
 EXAMPLE_SENTENCES = ["the black cat sleeps", "the cats that the girl sees sleep"]
 
@@ -337,7 +337,8 @@ def export(
     _check_request(formats, quantize, out)
     trained = _in_float32(model if isinstance(model, TrainedModel) else load(model))
     formats, skipped = _formats_for(trained.kind, formats, quantize, beam_size)
-    needed = _require_space(out, trained, formats, quantize)
+    needed = _bytes_written(trained, formats, quantize)
+    require_space(out, needed, "this export", ExportError)
     if trained.kind == "translator":
         endpoints = _Endpoints(Translator(trained, beam_size=beam_size, xla=xla))
         converted = _Endpoints(Translator(trained, beam_size=beam_size, xla=False)) if xla else endpoints
@@ -401,22 +402,15 @@ def _formats_for(kind, formats, quantize, beam_size):
     return formats, {"ctranslate2": "exported for translators only"}
 
 
-def _require_space(out, trained, formats, quantize):
-    """The bytes an export writes, about: 4 a weight for each artifact. Refuses a disk with less free.
+def _bytes_written(trained, formats, quantize):
+    """The bytes an export writes, about: 4 a weight for each artifact.
 
     The artifacts: the SavedModel and the archive the converters read; TFLite's
     ids, forward and text models and each quantized variant; ONNX's two
     models; CTranslate2 and each variant (quantized ones count as whole, to spare).
     """
     copies = {"saved_model": 2, "tflite": 3 + len(quantize), "onnx": 2, "ctranslate2": 1 + len(quantize)}
-    needed = 4 * trained.model.count_params() * sum(copies[f] for f in formats)
-    free = shutil.disk_usage(out.resolve().parent).free
-    if free < needed:
-        raise ExportError(
-            f"{out}: {free / 2**20:,.0f} MiB free, but this export writes about {needed / 2**20:,.0f} MiB; "
-            "free some space or choose another --out."
-        )
-    return needed
+    return 4 * trained.model.count_params() * sum(copies[f] for f in formats)
 
 
 def _disk_full(error):

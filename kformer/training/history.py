@@ -6,6 +6,7 @@ matplotlib backend alone (a notebook keeps showing its plots inline).
 """
 
 import csv
+import os
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -32,13 +33,36 @@ def learning_curves(history, path):
     figure.savefig(path, dpi=100)
 
 
+def forget_epochs(path, first_epoch):
+    """Drops the rows of `first_epoch` onwards from a CSVLogger file: a resumed run logs them again.
+
+    Keras' CSVLogger appends across restarts, and a run killed between an
+    epoch's log line and that epoch's backup reruns the epoch. The file is
+    replaced whole, never left half-written.
+    """
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as file:
+        rows = list(csv.DictReader(file))
+        fields = rows[0].keys() if rows else []
+    kept = [row for row in rows if int(row["epoch"]) < first_epoch]
+    if len(kept) == len(rows):
+        return
+    partial = f"{path}.partial"
+    with open(partial, "w", newline="") as file:
+        writer = csv.DictWriter(file, fields)
+        writer.writeheader()
+        writer.writerows(kept)
+    os.replace(partial, path)
+
+
 def whole_history(path):
     """{metric: a value per epoch} of every epoch a resumed run has logged, those before the restart included.
 
-    An epoch logged again (a kill between its log line and its backup) counts once, as last logged.
     Columns CSVLogger left empty ("NA": validation metrics of a run without validation) are left out.
     """
     with open(path, newline="") as file:
-        rows = list({row.pop("epoch"): row for row in csv.DictReader(file)}.values())
-    names = [name for name in (rows[0] if rows else {}) if all(row[name] not in ("", "NA") for row in rows)]
+        rows = list(csv.DictReader(file))
+    names = [name for name in (rows[0] if rows else {}) if name != "epoch"]
+    names = [name for name in names if all(row[name] not in ("", "NA") for row in rows)]
     return {name: [float(row[name]) for row in rows] for name in names}

@@ -38,7 +38,7 @@ from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup,
 from kformer.training.config import ARCHITECTURE, ConfigError, TrainingConfig
 from kformer.training.distribute import fit_across_workers, make_strategy
 from kformer.training.evaluation import BestTranslations
-from kformer.training.history import learning_curves, whole_history
+from kformer.training.history import forget_epochs, learning_curves, whole_history
 from kformer.training.objectives import BudgetSchedule, TransformerSchedule, compile_for_training, perplexity
 
 
@@ -192,6 +192,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             schedule.total_steps.assign(float(backup.restored_step + remaining))
         if keeper is not None:
             keeper.resume()
+        forget_epochs(out / "training" / "history.csv", initial_epoch)  # they run again
         if verbose:
             print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1}.")
     budget = TimeBudget(config.minutes, backup.seconds, schedule) if config.minutes else None
@@ -284,7 +285,7 @@ def refuse_new_architecture(init_from, asked):
         saved = json.loads((Path(init_from) / "config.json").read_text(encoding="utf-8"))["training"]
     except (OSError, ValueError, KeyError, TypeError):
         return
-    saved = {"shared_vocab": False, **saved}  # older directories: separate vocabularies
+    saved = _with_defaults(saved)
     for name, value in asked.items():
         if name in ARCHITECTURE and name in saved and value != saved[name]:
             raise ConfigError(
@@ -292,6 +293,11 @@ def refuse_new_architecture(init_from, asked):
                 f"asks for {value}, but the model in {init_from} has {saved[name]}: fine-tuning (--init-from) keeps "
                 "the architecture it starts from; leave it out",
             )
+
+
+def _with_defaults(saved):
+    """A directory's recorded settings, with the defaults of those that older releases did not record."""
+    return {"shared_vocab": False, **saved}  # older directories: separate vocabularies
 
 
 def _starting_point(config, out):
@@ -308,7 +314,7 @@ def _starting_point(config, out):
     base = load(config.init_from)
     if base.kind != "translator":
         raise ModelDirectoryError(f"{config.init_from}: holds a {base.kind}; --init-from needs a translator.")
-    saved = {"shared_vocab": False, **base.config.get("training", {})}  # older directories: separate vocabularies
+    saved = _with_defaults(base.config.get("training", {}))
     if not all(name in saved for name in ARCHITECTURE):
         raise ModelDirectoryError(
             f"{config.init_from}/config.json: does not record the model's settings (its 'training' entry), "
@@ -399,7 +405,8 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
         steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, source, target, **batches)
         weights = base.model.get_weights() if base else None
         model, schedule = _build(strategy, model_config, builder, sizes, steps_per_epoch, weights)
-        require_space(out, model)
+        # model.keras, the best weights, and the backup with Adam's two moments (twice while replacing it).
+        require_space(out, 8 * 4 * model.count_params(), "training this model")
         train = make_dataset(pairs, source, target, repeat=True, seed=config.seed, **batches)
         if not translator:
             train = train.map(lambda inputs, labels: (inputs[1], labels))  # the decoder side only
