@@ -353,3 +353,28 @@ def test_a_disk_that_fills_while_saving_leaves_a_resumable_run_not_a_finished_on
         "training",
     }
     assert saved_state(out)["epoch"] == 1  # the run is still there to finish once there is room
+
+
+def test_a_resumed_minutes_run_counts_the_time_spent_before_the_restart(tmp_path, monkeypatch):
+    """--minutes budgets the whole run: resumed with its minute already spent, it stops after one step.
+
+    (And reports that step: the best weights it puts back, from before the restart, do not roll back the
+    step count with the optimizer's state they were saved with.)
+    """
+    import errno
+
+    import keras
+
+    def no_space(self, path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    out = tmp_path / "model"
+    with monkeypatch.context() as patch:  # a first run whose last save fails: resumable from its backup at step 5
+        patch.setattr(keras.Model, "save", no_space)
+        assert main(train_command(out, "--epochs", "1", "--steps-per-epoch", "5")[3:]) == 1
+    state = saved_state(out)
+    assert state["step"] == 5
+    (out / "training" / "backup" / "state.json").write_text(json.dumps({**state, "seconds": 60.0}))
+    assert main(train_command(out, "--minutes", "1", "--steps-per-epoch", "5")[3:]) == 0
+    result = json.loads((out / "config.json").read_text())["result"]
+    assert result["steps"] == 6 and result["stopped_by"] == "time budget", result

@@ -129,4 +129,8 @@ class BestTranslations(keras.callbacks.Callback):
         if self.best_weights is not None:
             self.model.set_weights(self.best_weights)
         elif self.best >= 0:  # resumed, and no epoch since beat the best from before the restart
+            # The file holds the optimizer's state of then too; the run's own (its step count) stays.
+            state = [variable.numpy() for variable in self.model.optimizer.variables]
             self.model.load_weights(self.path)
+            for variable, value in zip(self.model.optimizer.variables, state, strict=True):
+                variable.assign(value)
