@@ -119,6 +119,13 @@ def test_split_is_deterministic_and_keeps_each_source_on_one_side():
     assert 0.05 < len(splits["test"]) / 1200 < 0.15
 
 
+def test_the_default_split_holds_out_2_percent_for_validation_and_2_for_test():
+    """What `kformer train --data FILE` does (README): 2% and 2% of the unique source sentences."""
+    pairs = [(f"sentence {i}", f"frase {i}") for i in range(40_000)]
+    sizes = {name: len(split) / len(pairs) for name, split in split_pairs(pairs).items()}
+    assert sizes["valid"] == pytest.approx(0.02, abs=0.003) and sizes["test"] == pytest.approx(0.02, abs=0.003)
+
+
 def test_teacher_forcing_shifts_the_target_by_one():
     (source, decoder_tokens), labels = teacher_forcing(tf.constant([7, 8, 9]), tf.constant([4, 5, 6]), max_length=10)
     np.testing.assert_array_equal(source, [7, 8, 9])

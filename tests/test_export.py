@@ -457,6 +457,7 @@ def test_ctranslate2_gives_kerass_greedy_tokens_on_random_models(tmp_path, setti
     assert ctranslate2_greedy_ids(tmp_path / "ct2", trained, tokens, 12) == expected
 
 
+@pytest.mark.slow
 def test_ctranslate2_translates_the_builtin_test_split_like_keras(clean_run, tmp_path):
     sys.path.insert(0, str(REPO / "export"))
     import ctranslate2_client
@@ -482,6 +483,7 @@ def test_an_xla_saved_model_runs_in_a_fresh_process_and_decodes_like_keras(train
     assert_saved_model_runs_alone(out, reference)
 
 
+@pytest.mark.slow
 def test_a_mixed_precision_model_exports_in_float32(tmp_path):
     """Its weights are float32 and its graph bfloat16, which TFLite cannot convert: the artifacts compute in float32."""
     import keras
@@ -507,3 +509,43 @@ def test_a_mixed_precision_model_exports_in_float32(tmp_path):
     expected = to_numpy(decode(float32, tokens, max_length=12))
     runner = Interpreter(model_path=str(tmp_path / "deploy" / "tflite" / "translate_ids.tflite")).get_signature_runner()
     np.testing.assert_array_equal(next(iter(runner(encoder_tokens=tokens).values())), expected)
+
+
+@pytest.mark.slow
+def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_path):
+    """`kformer export --beam 4`: the SavedModel, TFLite and ONNX artifacts give Keras' beam-4 translations.
+
+    An untrained model has near-ties, so here beam 4 and greedy part ways: an export that
+    quietly decoded greedily would fail. (CTranslate2 takes the beam size at run time and
+    scores length its own way: its client documents that its beams can differ.)
+    """
+    import keras
+
+    from kformer import TrainedModel, build_transformer
+    from kformer.data.text import Tokenizer
+
+    keras.utils.set_random_seed(7)
+    model = build_transformer(len(VOCAB), len(VOCAB), d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+    trained = TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})
+    sentences = ["a b c", "l k j i h", "d e f g", "b", "c c c a", "h g", "e f", "k l a b"]
+    beam = Translator(trained, beam_size=4).translate(sentences)
+    assert beam != Translator(trained).translate(sentences)
+    out = tmp_path / "deploy"
+    export(trained, out, formats=("saved_model", "tflite", "onnx"), beam_size=4, verbose=False)
+    for client, extra in [("tflite_client.py", []), ("tflite_client.py", ["--strings"]), ("onnx_client.py", [])]:
+        result = subprocess.run(
+            [sys.executable, str(REPO / "export" / client), str(out), *extra, *sentences],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.splitlines() == beam, (client, extra)
+    printed = run_fresh_python(
+        f"""
+        import json, tensorflow as tf, tensorflow_text
+        serve = tf.saved_model.load("{out}/saved_model/kformer/1").signatures["serving_default"]
+        print(json.dumps([t.decode() for t in serve(texts=tf.constant({sentences!r}))["translations"].numpy()]))
+        """,
+        cwd=tmp_path,
+    )
+    assert json.loads(printed.strip().splitlines()[-1]) == beam
