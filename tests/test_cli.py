@@ -47,6 +47,7 @@ def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
     assert (tmp_path / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys):
     assert main(["--quiet", "demo", "--out", str(tmp_path / "demo"), "--minutes", "0.02"]) == 0
     out = capsys.readouterr().out

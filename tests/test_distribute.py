@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 from conftest import REPO, run_fresh_python
 
 TRAIN_A_FEW_STEPS = """
@@ -76,6 +77,7 @@ def run_training(tmp_path, strategy, setup="", **kwargs):
     return json.loads(run_fresh_python(code, cwd=tmp_path).strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_mirrored_over_two_logical_cpus_matches_one_device(tmp_path):
     single = run_training(tmp_path, "default")
     mirrored = run_training(tmp_path, "mirrored", setup=TWO_LOGICAL_CPUS)
@@ -119,6 +121,7 @@ def run_two_workers(tmp_path, code):
     return results
 
 
+@pytest.mark.slow
 def test_two_local_workers_train_together(tmp_path):
     results = run_two_workers(tmp_path, training_code("multiworker", loop=True))
     assert [r["replicas"] for r in results] == [2, 2]
@@ -135,6 +138,7 @@ def test_two_local_workers_train_together(tmp_path):
     assert np.linalg.norm(first - single) < 0.02 * np.linalg.norm(single - initial)
 
 
+@pytest.mark.slow
 def test_two_local_workers_under_a_time_budget_stop_at_one_step_with_the_schedule_ended(tmp_path):
     """Their clocks disagree: a fake clock, read once a step, 0.10 s a reading on worker 0 and 0.13 s on
     worker 1. Alone, worker 1 would stop at step 116 and worker 0 at 150, leaving worker 0 waiting on an

@@ -26,6 +26,7 @@ def test_notebook_is_a_chapter_committed_with_its_outputs(path):
     assert any("image/png" in output.get("data", {}) for cell in code for output in cell.outputs)
 
 
+@pytest.mark.slow  # minutes each
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_notebook_executes(path):
     """Runs a copy (the committed file is not touched); a failing assert in any cell fails the test."""

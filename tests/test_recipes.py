@@ -147,6 +147,7 @@ def test_an_average_is_kept_only_if_it_translates_better():
         np.testing.assert_array_equal(kept, expected)
 
 
+@pytest.mark.slow
 def test_a_shared_vocabulary_run_with_checkpoint_averaging(tmp_path):
     out = tmp_path / "shared"
     assert (
@@ -169,6 +170,7 @@ def write_pairs(path, pairs):
     return path
 
 
+@pytest.mark.slow
 def test_fine_tuning_starts_from_the_model_and_keeps_its_vocabularies(clean_run, tmp_path):
     base, _ = clean_run
     new_words = [("Zürich is far 🙂", "Zúrich está lejos 🙂"), ("the qwertyuiop sleeps", "el qwertyuiop duerme")]
@@ -188,6 +190,7 @@ def test_fine_tuning_starts_from_the_model_and_keeps_its_vocabularies(clean_run,
     assert len(Translator(out).translate(["Zürich is far 🙂", "the qwertyuiop sleeps"])) == 2
 
 
+@pytest.mark.slow
 def test_fine_tuning_learns_the_new_pairs(clean_run, tmp_path):
     """At the normal rate the tuned model moves towards the new data: its loss there falls below the base model's."""
     base, _ = clean_run
