@@ -85,6 +85,7 @@ def register_keras_objects():
     importlib.import_module("kformer.layers")
     importlib.import_module("kformer.model")
     importlib.import_module("kformer.training.objectives")
+    importlib.import_module("kformer.teaching.mvp")  # the course's stage models
 
 
 def _started_as_command():
