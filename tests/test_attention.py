@@ -14,6 +14,7 @@ from kformer import (
     CausalMask,
     CrossAttention,
     MultiHeadSelfAttention,
+    PositionalEmbedding,
     attention_scores,
     make_causal_mask,
     scaled_dot_product_attention,
@@ -203,6 +204,11 @@ def test_causal_mask_layer_is_lower_triangular_and_combines_with_padding():
     combined = to_numpy(CausalMask()(np.zeros((2, 4, 3), "float32"), mask=padding))
     assert combined.shape == (2, 4, 4)
     np.testing.assert_array_equal(combined[1], np.tril(np.ones((4, 4), bool)) & padding[1][None, :])
+    # The Keras mask of an embedding is taken up quietly (a layer that did not support masking would warn).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        implicit = to_numpy(CausalMask()(PositionalEmbedding(10, 4)(np.array([[3, 4, 0, 0]], "int32"))))
+    np.testing.assert_array_equal(implicit[0], np.tril(np.ones((4, 4), bool)) & [True, True, False, False])
 
 
 def test_attention_keeps_softmax_in_float32_under_mixed_precision():
