@@ -17,6 +17,8 @@ from kformer import (
     PositionalEmbedding,
     TransformerBlock,
 )
+from kformer.layers import Dropout
+from kformer.teaching.mvp import DotProductSelfAttention
 
 LAYERS = [
     PositionalEmbedding(vocab_size=30, d_model=8, scale=False, mask_zero=False),
@@ -27,6 +29,8 @@ LAYERS = [
     TransformerBlock(
         8, 2, 16, dropout=0.2, causal=True, cross_attention=True, norm_first=True, layer_norm_epsilon=1e-5
     ),
+    Dropout(0.3, seed=5),
+    DotProductSelfAttention(),
     Encoder(30, 8, 2, 3, 16, dropout=0.2, norm_first=True),
     Decoder(30, 8, 2, 3, 16, dropout=0.2, norm_first=True, cross_attention=False, tie_embeddings=True),
 ]
