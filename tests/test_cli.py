@@ -127,3 +127,17 @@ def test_vocab_size_and_no_xla_set_their_settings():
     config = _config(args)
     assert (config.source_vocab_size, config.target_vocab_size, config.jit_compile) == (300, 300, False)
     assert set(ARCHITECTURE) <= {field.name for field in FLAGGED}
+
+
+def test_kformer_train_and_the_translator_default_to_what_the_readme_states():
+    """README: label smoothing 0.1, dropout 0.1, d_model 256, 2+2 layers, 8 heads, batches of 64 sentences,
+    a backup every 500 steps; the Translator decodes under XLA, beam search with GNMT's alpha 0.6."""
+    import inspect
+
+    from kformer import Translator
+
+    config = _config(build_parser().parse_args(["train", "--data", "builtin", "--out", "x"]))
+    assert (config.d_model, config.num_layers, config.num_heads, config.dropout) == (256, 2, 8, 0.1)
+    assert (config.label_smoothing, config.batch_size, config.backup_steps) == (0.1, 64, 500)
+    defaults = inspect.signature(Translator).parameters
+    assert (defaults["length_penalty"].default, defaults["xla"].default) == (0.6, True)
