@@ -517,6 +517,8 @@ def test_a_mixed_precision_model_exports_in_float32(tmp_path):
 def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_path):
     """`kformer export --beam 4`: the SavedModel, TFLite and ONNX artifacts give Keras' beam-4 translations.
 
+    Through the command, with the formats, the TF Serving name and the version given as flags.
+
     An untrained model has near-ties, so here beam 4 and greedy part ways: an export that
     quietly decoded greedily would fail. (CTranslate2 takes the beam size at run time and
     scores length its own way: its client documents that its beams can differ.)
@@ -532,8 +534,11 @@ def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_
     sentences = ["a b c", "l k j i h", "d e f g", "b", "c c c a", "h g", "e f", "k l a b"]
     beam = Translator(trained, beam_size=4).translate(sentences)
     assert beam != Translator(trained).translate(sentences)
+    trained.save(tmp_path / "model")
     out = tmp_path / "deploy"
-    export(trained, out, formats=("saved_model", "tflite", "onnx"), beam_size=4, verbose=False)
+    command = ["--quiet", "export", "--model", str(tmp_path / "model"), "--out", str(out), "--beam", "4"]
+    assert main([*command, "--formats", "saved_model, tflite,onnx", "--name", "translator", "--version", "3"]) == 0
+    assert not (out / "ctranslate2").exists()
     for client, extra in [("tflite_client.py", []), ("tflite_client.py", ["--strings"]), ("onnx_client.py", [])]:
         result = subprocess.run(
             [sys.executable, str(REPO / "export" / client), str(out), *extra, *sentences],
@@ -545,7 +550,7 @@ def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_
     printed = run_fresh_python(
         f"""
         import json, tensorflow as tf, tensorflow_text
-        serve = tf.saved_model.load("{out}/saved_model/kformer/1").signatures["serving_default"]
+        serve = tf.saved_model.load("{out}/saved_model/translator/3").signatures["serving_default"]
         print(json.dumps([t.decode() for t in serve(texts=tf.constant({sentences!r}))["translations"].numpy()]))
         """,
         cwd=tmp_path,
