@@ -197,6 +197,37 @@ def test_cross_attention_ignores_padded_source_positions():
     np.testing.assert_allclose(before, after, atol=1e-5)
 
 
+def test_cross_attention_takes_the_contexts_keras_mask_and_passes_on_xs():
+    embed = PositionalEmbedding(10, 8)  # id 0 is padding: its output carries a Keras mask
+    x_tokens, context_tokens = np.array([[3, 4, 0], [5, 0, 0]]), np.array([[6, 7, 8, 0], [9, 0, 0, 0]])
+    x, context = embed(x_tokens), embed(context_tokens)
+    layer = CrossAttention(num_heads=2, d_model=8)
+    implicit = to_numpy(layer(x, context))
+    np.testing.assert_allclose(implicit, to_numpy(layer(x, context, context_padding_mask=context_tokens > 0)))
+    assert not np.allclose(implicit, to_numpy(layer(x, context, context_padding_mask=np.ones((2, 4), bool))))
+    # The output is aligned with x and keeps x's mask: a masked mean downstream averages x's real positions.
+    pooled = to_numpy(keras.layers.GlobalAveragePooling1D()(layer(x, context)))
+    np.testing.assert_allclose(pooled, [implicit[0, :2].mean(0), implicit[1, 0]], atol=1e-6)
+
+
+def test_cross_attention_needs_exactly_one_of_context_and_cache():
+    layer = CrossAttention(num_heads=2, d_model=8)
+    x, context = random_normal(1, 3, 8), random_normal(1, 4, 8)
+    layer(x, context)
+    cache = layer.project(context, "key", "value")
+    for passed in ({}, {"context": context, "cache": cache}):
+        with pytest.raises(ValueError, match="pass exactly one of `context` and `cache`"):
+            layer(x, **passed)
+
+
+def test_cross_attention_drops_attention_weights_only_while_training():
+    layer = CrossAttention(num_heads=2, d_model=8, dropout=0.5)
+    x, context = random_normal(2, 3, 8), random_normal(2, 5, 8)
+    inference = to_numpy(layer(x, context))
+    np.testing.assert_array_equal(inference, to_numpy(layer(x, context, training=False)))
+    assert not np.allclose(to_numpy(layer(x, context, training=True)), inference)
+
+
 def test_causal_mask_layer_is_lower_triangular_and_combines_with_padding():
     mask = to_numpy(CausalMask()(np.zeros((2, 4), "int32")))
     np.testing.assert_array_equal(mask, np.tril(np.ones((4, 4), bool))[None])

@@ -63,8 +63,3 @@ class CrossAttention(MultiHeadAttentionBase):
             attention_mask = key_padding_mask(context_padding_mask)  # (B, 1, S)
         output, weights, _ = self._attend(x, context, attention_mask, training, cache)
         return (output, weights) if return_attention_scores else output
-
-    def compute_mask(self, x, mask=None):
-        # Keras hands a multi-input layer the masks of all its inputs; the
-        # output is aligned with x, so it keeps x's mask.
-        return mask[0] if isinstance(mask, (list, tuple)) else mask
