@@ -159,6 +159,8 @@ def test_a_resumed_runs_record_is_read_back_whole(tmp_path):
         logger.on_train_end()
 
     run([(0, 3.0), (1, 2.0)])  # killed after logging epoch 1, before its backup
+    with open(path, "a") as file:
+        file.write("1,0.8,2.0,extra field\n")  # a line with a field too many goes as well, and nothing else breaks
     forget_epochs(path, 1)  # resumed from the backup of epoch 0's end: epoch 1 runs again
     run([(1, 1.9), (2, 1.5)])
     with open(path) as file:
@@ -375,6 +377,9 @@ def test_a_resumed_minutes_run_counts_the_time_spent_before_the_restart(tmp_path
     state = saved_state(out)
     assert state["step"] == 5
     (out / "training" / "backup" / "state.json").write_text(json.dumps({**state, "seconds": 60.0}))
+    with open(out / "training" / "history.csv", "a") as file:  # as if killed after logging epoch 1, before its backup
+        file.write("1,0.5,9.9,0.5,NA,NA,NA,NA,NA\n")
     assert main(train_command(out, "--minutes", "1", "--steps-per-epoch", "5")[3:]) == 0
     result = json.loads((out / "config.json").read_text())["result"]
     assert result["steps"] == 6 and result["stopped_by"] == "time budget", result
+    assert [row["epoch"] for row in history(out)] == ["0", "1"]  # the stale line of epoch 1 went; its rerun's stayed

@@ -6,10 +6,12 @@ matplotlib backend alone (a notebook keeps showing its plots inline).
 """
 
 import csv
-import os
+from pathlib import Path
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+from kformer.model_dir import write_atomically
 
 
 def learning_curves(history, path):
@@ -34,35 +36,40 @@ def learning_curves(history, path):
 
 
 def forget_epochs(path, first_epoch):
-    """Drops the rows of `first_epoch` onwards from a CSVLogger file: a resumed run logs them again.
+    """Drops the lines of epochs `first_epoch` onwards from a CSVLogger file: a resumed run logs them again.
 
     Keras' CSVLogger appends across restarts, and a run killed between an
-    epoch's log line and that epoch's backup reruns the epoch. The file is
-    replaced whole, never left half-written.
+    epoch's log line and that epoch's backup reruns the epoch. The other
+    lines are kept as they are (a line that does not start with an epoch
+    number goes too), and the file is replaced whole, never half-written.
+
+    Args:
+        path: the history.csv; nothing happens if it does not exist.
+        first_epoch: the epoch the resumed run starts at (0-based, as logged).
     """
-    if not os.path.exists(path):
+    path = Path(path)
+    if not path.is_file():
         return
-    with open(path, newline="") as file:
-        rows = list(csv.DictReader(file))
-        fields = rows[0].keys() if rows else []
-    kept = [row for row in rows if int(row["epoch"]) < first_epoch]
-    if len(kept) == len(rows):
-        return
-    partial = f"{path}.partial"
-    with open(partial, "w", newline="") as file:
-        writer = csv.DictWriter(file, fields)
-        writer.writeheader()
-        writer.writerows(kept)
-    os.replace(partial, path)
+    header, *lines = path.read_text(encoding="utf-8").splitlines(keepends=True) or [""]
+    kept = [line for line in lines if _epoch(line) is not None and _epoch(line) < first_epoch]
+    if len(kept) < len(lines):
+        write_atomically(path, lambda partial: Path(partial).write_text(header + "".join(kept), encoding="utf-8"))
+
+
+def _epoch(line):
+    """The epoch number a history.csv line starts with, or None."""
+    first = next(csv.reader([line]), [""])
+    return int(first[0]) if first and first[0].isdigit() else None
 
 
 def whole_history(path):
     """{metric: a value per epoch} of every epoch a resumed run has logged, those before the restart included.
 
-    Columns CSVLogger left empty ("NA": validation metrics of a run without validation) are left out.
+    An epoch logged twice (by a release that left the line of an epoch it
+    reran) counts once, as last logged. Columns CSVLogger left empty ("NA":
+    validation metrics of a run without validation) are left out.
     """
     with open(path, newline="") as file:
-        rows = list(csv.DictReader(file))
-    names = [name for name in (rows[0] if rows else {}) if name != "epoch"]
-    names = [name for name in names if all(row[name] not in ("", "NA") for row in rows)]
+        rows = list({row.pop("epoch"): row for row in csv.DictReader(file)}.values())
+    names = [name for name in (rows[0] if rows else {}) if all(row[name] not in ("", "NA") for row in rows)]
     return {name: [float(row[name]) for row in rows] for name in names}
