@@ -106,6 +106,10 @@ class Encoder(_Stack):
     """The encoder stack: source token ids -> context vectors `(B, S, D)`.
 
     Source padding (id 0) is masked in every self-attention layer.
+
+    Args:
+        vocab_size, d_model, num_heads, num_layers, d_ff, dropout, norm_first:
+            as `build_transformer`'s (`vocab_size`: the source vocabulary's).
     """
 
     def __init__(self, vocab_size, d_model, num_heads, num_layers, d_ff, dropout=0.1, norm_first=False, **kwargs):

@@ -219,9 +219,14 @@ def _gone(holder):
 
 
 def require_space(directory, needed, writing, error=ModelDirectoryError):
-    """Refuses to start `writing` (what a message calls it) `needed` bytes into `directory`.
+    """Refuses to start writing `needed` bytes into `directory` when its disk has less free.
 
-    The space is measured on `directory`, or on its nearest existing parent.
+    Args:
+        directory: where the bytes go; the space is measured on it, or on its
+            nearest existing parent.
+        needed: the bytes to be written, about.
+        writing: what writes them, for the message ("training this model").
+        error: the exception class to raise.
 
     Raises:
         error: less free space than that; the message gives both sizes.

@@ -81,8 +81,9 @@ def copy_task_model():
 
     model = kformer.build_transformer(len(VOCAB), len(VOCAB), **_COPY_TASK_SIZE)
     compile_for_training(model, 32, label_smoothing=0.0, warmup_steps=200)
-    model.optimizer.build(model.trainable_variables)  # as a trained model's is (a saved model holds its slots)
+    model.optimizer.build(model.trainable_variables)  # built, so that a saved model holds its variables
     model.set_weights(_copy_task_weights())
+    keras.utils.set_random_seed(0)  # the same random state after the first call (which trains) as after the others
     return kformer.TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})
 
 

@@ -22,6 +22,10 @@ KERAS_OBJECTS = sorted(
     for path in (REPO / "kformer").rglob("*.py")
     for name in re.findall(r'register_keras_serializable\(package="kformer"\)\nclass (\w+)', path.read_text())
 )
+# Every decorator was read (none followed by another decorator or written another way).
+assert len(KERAS_OBJECTS) == sum(
+    path.read_text().count("@keras.saving.register_keras_serializable") for path in (REPO / "kformer").rglob("*.py")
+)
 
 
 @pytest.mark.parametrize("imports", ["import kformer, keras", "import keras, kformer"])

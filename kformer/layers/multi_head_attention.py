@@ -121,7 +121,8 @@ class MultiHeadAttentionBase(keras.layers.Layer):
                 newest position, so early steps attend over few keys.
 
         Returns:
-            `(output (B, T, D), weights (B, H, T, S or L), cache)`.
+            `(output (B, T, D), weights (B, H, T, keys), cache)`: keys are S, L, or
+            the positions written so far (a buffer of dynamic length).
         """
         check_float("x", x)
         if cache is not None and cache_index is None:
