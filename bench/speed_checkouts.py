@@ -12,8 +12,13 @@ time, so machine noise hits both alike. A round times, in each worker:
 
 The table gives the best round of each, and this checkout's time over the other's.
 
+With `--model DIR --data FILE` the decoding contenders use that trained translator on the
+first 64 sentences of FILE's test split (as `compare_checkouts.py` picks them) instead of
+the random model: real sentences stop early, so the buffers' length counts as it does in use.
+
     git worktree add /tmp/before <commit>
     python bench/speed_checkouts.py --other /tmp/before [--rounds 5] [--only "greedy, XLA"]
+    python bench/speed_checkouts.py --other /tmp/before --model spa --data spa-eng.zip --only "graph loop"
 """
 
 import argparse
@@ -21,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,12 +35,15 @@ D, HEADS, LAYERS, D_FF, VOCAB, BATCH, LENGTH = 256, 8, 2, 1024, 8000, 64, 40
 TRAIN_STEPS = 10
 
 
-def contenders(only=""):
+def contenders(only="", model_dir=None, sentences=None):
     """{name: run()} for this process's kformer (those whose name holds `only`), each traced and warmed up."""
     import keras
     import numpy as np
 
     import kformer
+
+    if model_dir is not None:
+        return real_contenders(only, kformer.load(model_dir), sentences)
     from kformer.data.text import RESERVED_TOKENS, Tokenizer
     from kformer.training.objectives import MaskedSparseCrossEntropy, TransformerSchedule
 
@@ -65,9 +74,30 @@ def contenders(only=""):
     return runs
 
 
-def worker(only):
+def real_contenders(only, trained, sentences):
+    """The decoding contenders on a trained translator and real sentences (no training step)."""
+    import tensorflow as tf
+
+    import kformer
+
+    sources = trained.source_tokenizer.tokenize(tf.constant(sentences)).to_tensor().numpy()
+    runs = {}
+    for beam_size in (1, 4):
+        for xla in (True, False):
+            translator = kformer.Translator(trained, beam_size=beam_size, xla=xla)
+            for batch in (1, BATCH):
+                name = f"{'greedy' if beam_size == 1 else 'beam 4'}, {'XLA' if xla else 'graph loop'}, batch {batch}"
+                runs[name] = lambda t=translator, ids=sources[:batch]: t.translate_ids(ids).numpy()
+    runs = {name: run for name, run in runs.items() if only in name}
+    for run in runs.values():
+        run()
+    return runs
+
+
+def worker(only, model_dir=None, sentences_file=None):
     """Warms up, then times one round of every contender for each line read, answering with JSON."""
-    runs = contenders(only)
+    sentences = json.loads(Path(sentences_file).read_text()) if sentences_file else None
+    runs = contenders(only, model_dir, sentences)
     print(json.dumps(list(runs)), flush=True)
     for _ in sys.stdin:
         seconds = {}
@@ -78,9 +108,9 @@ def worker(only):
         print(json.dumps(seconds), flush=True)
 
 
-def start(checkout, only):
+def start(checkout, only, real=()):
     env = dict(os.environ, PYTHONPATH=str(checkout), TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, str(HERE), "--worker", "--only", only]
+    command = [sys.executable, str(HERE), "--worker", "--only", only, *real]
     process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     json.loads(process.stdout.readline())  # warmed up
     return process
@@ -91,17 +121,28 @@ def main():
     parser.add_argument("--other", type=Path, help="the other kformer checkout")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default="", help="time only the contenders whose name holds this, e.g. 'XLA'")
+    parser.add_argument("--model", help="a trained translator's model directory (with --data)")
+    parser.add_argument("--data", help="'builtin' or a pair file whose test split's first 64 sentences to decode")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sentences-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.only)
+        return worker(args.only, args.model, args.sentences_file)
     if args.other is None:
         parser.error("--other is required")
+    real = ()
+    if args.model:
+        sys.path.insert(0, str(HERE.parent))
+        from compare_checkouts import test_sources
+
+        sentences_file = Path(tempfile.mkdtemp()) / "sentences.json"
+        sentences_file.write_text(json.dumps(test_sources(args.data or "builtin", BATCH)))
+        real = ("--model", args.model, "--sentences-file", str(sentences_file))
     checkouts = {"this": HERE.parent.parent, "other": args.other.resolve()}
     workers = {}
     for who, checkout in checkouts.items():  # one at a time: warming up compiles on both cores
         print(f"warming up {who} ({checkout}) ...", file=sys.stderr, flush=True)
-        workers[who] = start(checkout, args.only)
+        workers[who] = start(checkout, args.only, real)
     rounds = {who: [] for who in workers}
     for round_index in range(args.rounds):
         for who, process in workers.items():
