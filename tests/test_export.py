@@ -513,15 +513,14 @@ def test_a_mixed_precision_model_exports_in_float32(tmp_path):
     np.testing.assert_array_equal(next(iter(runner(encoder_tokens=tokens).values())), expected)
 
 
-@pytest.mark.slow
-def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_path):
-    """`kformer export --beam 4`: the SavedModel, TFLite and ONNX artifacts give Keras' beam-4 translations.
+BEAM_SENTENCES = ["a b c", "l k j i h", "d e f g", "b", "c c c a", "h g", "e f", "k l a b"]
 
-    Through the command, with the formats, the TF Serving name and the version given as flags.
 
-    An untrained model has near-ties, so here beam 4 and greedy part ways: an export that
-    quietly decoded greedily would fail. (CTranslate2 takes the beam size at run time and
-    scores length its own way: its client documents that its beams can differ.)
+def untrained_translator_and_its_beams():
+    """A random model over VOCAB and its Keras beam-4 translations of BEAM_SENTENCES, which greedy's differ from.
+
+    An untrained model has near-ties, so beam 4 and greedy part ways: an export that quietly
+    decoded greedily fails the tests that use it.
     """
     import keras
 
@@ -531,9 +530,31 @@ def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_
     keras.utils.set_random_seed(7)
     model = build_transformer(len(VOCAB), len(VOCAB), d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
     trained = TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})
-    sentences = ["a b c", "l k j i h", "d e f g", "b", "c c c a", "h g", "e f", "k l a b"]
-    beam = Translator(trained, beam_size=4).translate(sentences)
-    assert beam != Translator(trained).translate(sentences)
+    beam = Translator(trained, beam_size=4).translate(BEAM_SENTENCES)
+    assert beam != Translator(trained).translate(BEAM_SENTENCES)
+    return trained, beam
+
+
+def test_a_beam_export_writes_a_saved_model_that_decodes_with_beams(tmp_path):
+    """The quick check of `export(beam_size=4)` (the slow test below tries every runtime, through the command)."""
+    trained, beam = untrained_translator_and_its_beams()
+    export(trained, tmp_path / "deploy", formats=("saved_model",), beam_size=4, verbose=False)
+    serve = tf.saved_model.load(str(tmp_path / "deploy" / "saved_model" / "kformer" / "1")).signatures[
+        "serving_default"
+    ]
+    translations = serve(texts=tf.constant(BEAM_SENTENCES))["translations"].numpy()
+    assert [text.decode() for text in translations] == beam
+
+
+@pytest.mark.slow
+def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_path):
+    """`kformer export --beam 4`: the SavedModel, TFLite and ONNX artifacts give Keras' beam-4 translations.
+
+    Through the command, with the formats, the TF Serving name and the version given as flags.
+    (CTranslate2 takes the beam size at run time and scores length its own way: its client
+    documents that its beams can differ.)
+    """
+    trained, beam = untrained_translator_and_its_beams()
     trained.save(tmp_path / "model")
     out = tmp_path / "deploy"
     command = ["--quiet", "export", "--model", str(tmp_path / "model"), "--out", str(out), "--beam", "4"]
@@ -541,7 +562,7 @@ def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_
     assert not (out / "ctranslate2").exists()
     for client, extra in [("tflite_client.py", []), ("tflite_client.py", ["--strings"]), ("onnx_client.py", [])]:
         result = subprocess.run(
-            [sys.executable, str(REPO / "export" / client), str(out), *extra, *sentences],
+            [sys.executable, str(REPO / "export" / client), str(out), *extra, *BEAM_SENTENCES],
             capture_output=True,
             text=True,
         )
@@ -551,7 +572,7 @@ def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_
         f"""
         import json, tensorflow as tf, tensorflow_text
         serve = tf.saved_model.load("{out}/saved_model/translator/3").signatures["serving_default"]
-        print(json.dumps([t.decode() for t in serve(texts=tf.constant({sentences!r}))["translations"].numpy()]))
+        print(json.dumps([t.decode() for t in serve(texts=tf.constant({BEAM_SENTENCES!r}))["translations"].numpy()]))
         """,
         cwd=tmp_path,
     )
