@@ -36,52 +36,39 @@ TRAIN_STEPS = 10
 
 
 def contenders(only="", model_dir=None, sentences=None):
-    """{name: run()} for this process's kformer (those whose name holds `only`), each traced and warmed up."""
+    """{name: run()} for this process's kformer (those whose name holds `only`), each traced and warmed up.
+
+    With `model_dir`: that translator decoding `sentences`, and no training step.
+    """
     import keras
     import numpy as np
-
-    import kformer
-
-    if model_dir is not None:
-        return real_contenders(only, kformer.load(model_dir), sentences)
-    from kformer.data.text import RESERVED_TOKENS, Tokenizer
-    from kformer.training.objectives import MaskedSparseCrossEntropy, TransformerSchedule
-
-    keras.utils.set_random_seed(0)
-    model = kformer.build_transformer(VOCAB, VOCAB, d_model=D, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF)
-    rng = np.random.default_rng(0)
-    sources, targets, labels = (rng.integers(4, VOCAB, size=(BATCH, LENGTH)).astype("int32") for _ in range(3))
-    trainee = kformer.build_transformer(VOCAB, VOCAB, d_model=D, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF)
-    optimizer = keras.optimizers.Adam(TransformerSchedule(D, 4000), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-    trainee.compile(optimizer, MaskedSparseCrossEntropy(0.1), jit_compile=True)
-
-    def train():
-        for _ in range(TRAIN_STEPS):
-            trainee.train_on_batch((sources, targets), labels)
-
-    vocabulary = Tokenizer(RESERVED_TOKENS + [f"w{i}" for i in range(VOCAB - len(RESERVED_TOKENS))])
-    trained = kformer.TrainedModel(model, vocabulary, vocabulary, {"max_length": LENGTH})
-    runs = {f"train, {TRAIN_STEPS} steps of batch {BATCH}": train}
-    for beam_size in (1, 4):
-        for xla in (True, False):
-            translator = kformer.Translator(trained, beam_size=beam_size, xla=xla)
-            for batch in (1, BATCH):
-                name = f"{'greedy' if beam_size == 1 else 'beam 4'}, {'XLA' if xla else 'graph loop'}, batch {batch}"
-                runs[name] = lambda t=translator, ids=sources[:batch]: t.translate_ids(ids).numpy()
-    runs = {name: run for name, run in runs.items() if only in name}
-    for run in runs.values():
-        run()
-    return runs
-
-
-def real_contenders(only, trained, sentences):
-    """The decoding contenders on a trained translator and real sentences (no training step)."""
     import tensorflow as tf
 
     import kformer
 
-    sources = trained.source_tokenizer.tokenize(tf.constant(sentences)).to_tensor().numpy()
     runs = {}
+    if model_dir is not None:
+        trained = kformer.load(model_dir)
+        sources = trained.source_tokenizer.tokenize(tf.constant(sentences)).to_tensor().numpy()
+    else:
+        from kformer.data.text import RESERVED_TOKENS, Tokenizer
+        from kformer.training.objectives import MaskedSparseCrossEntropy, TransformerSchedule
+
+        keras.utils.set_random_seed(0)
+        model = kformer.build_transformer(VOCAB, VOCAB, d_model=D, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF)
+        rng = np.random.default_rng(0)
+        sources, targets, labels = (rng.integers(4, VOCAB, size=(BATCH, LENGTH)).astype("int32") for _ in range(3))
+        trainee = kformer.build_transformer(VOCAB, VOCAB, d_model=D, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF)
+        optimizer = keras.optimizers.Adam(TransformerSchedule(D, 4000), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+        trainee.compile(optimizer, MaskedSparseCrossEntropy(0.1), jit_compile=True)
+
+        def train():
+            for _ in range(TRAIN_STEPS):
+                trainee.train_on_batch((sources, targets), labels)
+
+        vocabulary = Tokenizer(RESERVED_TOKENS + [f"w{i}" for i in range(VOCAB - len(RESERVED_TOKENS))])
+        trained = kformer.TrainedModel(model, vocabulary, vocabulary, {"max_length": LENGTH})
+        runs[f"train, {TRAIN_STEPS} steps of batch {BATCH}"] = train
     for beam_size in (1, 4):
         for xla in (True, False):
             translator = kformer.Translator(trained, beam_size=beam_size, xla=xla)
