@@ -539,10 +539,8 @@ def test_a_beam_export_writes_a_saved_model_that_decodes_with_beams(tmp_path):
     """The quick check of `export(beam_size=4)` (the slow test below tries every runtime, through the command)."""
     trained, beam = untrained_translator_and_its_beams()
     export(trained, tmp_path / "deploy", formats=("saved_model",), beam_size=4, verbose=False)
-    serve = tf.saved_model.load(str(tmp_path / "deploy" / "saved_model" / "kformer" / "1")).signatures[
-        "serving_default"
-    ]
-    translations = serve(texts=tf.constant(BEAM_SENTENCES))["translations"].numpy()
+    saved = tf.saved_model.load(str(tmp_path / "deploy" / "saved_model" / "kformer" / "1"))
+    translations = saved.signatures["serving_default"](texts=tf.constant(BEAM_SENTENCES))["translations"].numpy()
     assert [text.decode() for text in translations] == beam
 
 

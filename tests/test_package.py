@@ -17,15 +17,10 @@ from kformer.training.jobs import train_translator
 
 RELEASE_0_1_0 = REPO / "tests" / "data" / "release-0.1.0"  # written by its make.py with the 0.1.0 package layout
 # Every class the source registers, read from the source text (not from what the import registered).
-KERAS_OBJECTS = sorted(
-    name
-    for path in (REPO / "kformer").rglob("*.py")
-    for name in re.findall(r'register_keras_serializable\(package="kformer"\)\nclass (\w+)', path.read_text())
-)
+_SOURCE = "".join(path.read_text() for path in (REPO / "kformer").rglob("*.py"))
+KERAS_OBJECTS = sorted(re.findall(r'register_keras_serializable\(package="kformer"\)\nclass (\w+)', _SOURCE))
 # Every decorator was read (none followed by another decorator or written another way).
-assert len(KERAS_OBJECTS) == sum(
-    path.read_text().count("@keras.saving.register_keras_serializable") for path in (REPO / "kformer").rglob("*.py")
-)
+assert len(KERAS_OBJECTS) == _SOURCE.count("@keras.saving.register_keras_serializable")
 
 
 @pytest.mark.parametrize("imports", ["import kformer, keras", "import keras, kformer"])

@@ -51,7 +51,7 @@ def forget_epochs(path, first_epoch):
     if not path.is_file():
         return
     header, *lines = path.read_text(encoding="utf-8").splitlines(keepends=True) or [""]
-    kept = [line for line in lines if _epoch(line) is not None and _epoch(line) < first_epoch]
+    kept = [line for line in lines if (epoch := _epoch(line)) is not None and epoch < first_epoch]
     if len(kept) < len(lines):
         write_atomically(path, lambda partial: Path(partial).write_text(header + "".join(kept), encoding="utf-8"))
 
