@@ -255,3 +255,36 @@ def test_attention_keeps_softmax_in_float32_under_mixed_precision():
         np.testing.assert_array_equal(to_numpy(weights)[..., 3:], 0.0)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_cache_written_several_positions_at_a_time_equals_attending_all_at_once():
+    """A prompt written into the cache in chunks (3 positions, then 2) gives the causal outputs of one pass."""
+    layer = MultiHeadSelfAttention(num_heads=2, d_model=8, causal=True)
+    x = random_normal(2, 5, 8)
+    expected = to_numpy(layer(x))
+    cache = layer.empty_cache(2, 6)  # one slot to spare
+    first, cache = layer(x[:, :3], cache=cache, cache_index=0)
+    second, cache = layer(x[:, 3:], cache=cache, cache_index=3)
+    np.testing.assert_allclose(np.concatenate([to_numpy(first), to_numpy(second)], axis=1), expected, atol=1e-5)
+    key, value = layer.project(x, "key", "value")
+    np.testing.assert_allclose(to_numpy(cache[0])[:, :, :5], to_numpy(key), atol=1e-6)
+    np.testing.assert_allclose(to_numpy(cache[1])[:, :, :5], to_numpy(value), atol=1e-6)
+    np.testing.assert_array_equal(to_numpy(cache[0])[:, :, 5:], 0.0)  # the spare slot is untouched
+
+
+def test_cache_keeps_the_compute_dtype_under_mixed_precision():
+    """Half-precision buffers (half the memory), written and read without a cast error, close to float32."""
+    full = MultiHeadSelfAttention(num_heads=2, d_model=8, causal=True)
+    half = MultiHeadSelfAttention(num_heads=2, d_model=8, causal=True, dtype="mixed_float16")
+    x = random_normal(1, 4, 8)
+    expected = to_numpy(full(x))
+    half.build(x.shape)
+    half.set_weights(full.get_weights())
+    cache = half.empty_cache(1, 4)
+    assert [keras.backend.standardize_dtype(part.dtype) for part in cache] == ["float16", "float16"]
+    outputs = []
+    for t in range(4):
+        output, cache = half(x[:, t : t + 1].astype("float16"), cache=cache, cache_index=t)
+        outputs.append(to_numpy(output))
+    assert [keras.backend.standardize_dtype(part.dtype) for part in cache] == ["float16", "float16"]
+    np.testing.assert_allclose(np.concatenate(outputs, axis=1), expected, atol=1e-2)

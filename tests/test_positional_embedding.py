@@ -60,6 +60,8 @@ def test_embedding_is_scaled_token_embedding_plus_encoding():
     unscaled(ids)
     unscaled.set_weights([table])
     np.testing.assert_allclose(to_numpy(unscaled(ids))[0], table[ids[0]] + formula(5, 6), atol=1e-5)
+    # The table is the layer's one weight, under a name that says what it is (summaries, TensorBoard).
+    assert [weight.path.split("/", 1)[1] for weight in layer.weights] == ["token_embedding/embeddings"]
 
 
 def test_id_zero_is_padding_and_its_mask_reaches_downstream_layers():

@@ -20,20 +20,50 @@ from kformer import (
 from kformer.layers import Dropout
 from kformer.teaching.mvp import DotProductSelfAttention
 
-LAYERS = [
-    PositionalEmbedding(vocab_size=30, d_model=8, scale=False, mask_zero=False),
-    MultiHeadSelfAttention(num_heads=2, d_model=8, head_dim=3, dropout=0.1, causal=True, use_bias=False),
-    CrossAttention(num_heads=4, d_model=8, head_dim=5, dropout=0.2, use_bias=False),
-    FeedForward(d_model=8, d_ff=24, dropout=0.3, activation="gelu"),
-    CausalMask(),
-    TransformerBlock(
-        8, 2, 16, dropout=0.2, causal=True, cross_attention=True, norm_first=True, layer_norm_epsilon=1e-5
+SETTINGS = [  # every argument away from its default, so a config that drops or blanks one shows
+    (PositionalEmbedding, dict(vocab_size=30, d_model=8, scale=False, mask_zero=False)),
+    (MultiHeadSelfAttention, dict(num_heads=2, d_model=8, head_dim=3, dropout=0.1, causal=True, use_bias=False)),
+    (CrossAttention, dict(num_heads=4, d_model=8, head_dim=5, dropout=0.2, use_bias=False)),
+    (FeedForward, dict(d_model=8, d_ff=24, dropout=0.3, activation="gelu")),
+    (CausalMask, {}),
+    (
+        TransformerBlock,
+        dict(
+            d_model=8,
+            num_heads=2,
+            d_ff=16,
+            dropout=0.2,
+            causal=True,
+            cross_attention=True,
+            norm_first=True,
+            layer_norm_epsilon=1e-5,
+        ),
     ),
-    Dropout(0.3, seed=5),
-    DotProductSelfAttention(),
-    Encoder(30, 8, 2, 3, 16, dropout=0.2, norm_first=True),
-    Decoder(30, 8, 2, 3, 16, dropout=0.2, norm_first=True, cross_attention=False, tie_embeddings=True),
+    (Dropout, dict(rate=0.3, seed=5)),
+    (DotProductSelfAttention, {}),
+    (Encoder, dict(vocab_size=30, d_model=8, num_heads=2, num_layers=3, d_ff=16, dropout=0.2, norm_first=True)),
+    (
+        Decoder,
+        dict(
+            vocab_size=30,
+            d_model=8,
+            num_heads=2,
+            num_layers=3,
+            d_ff=16,
+            dropout=0.2,
+            norm_first=True,
+            cross_attention=False,
+            tie_embeddings=True,
+        ),
+    ),
 ]
+LAYERS = [cls(**arguments) for cls, arguments in SETTINGS]
+
+
+@pytest.mark.parametrize(("cls", "arguments"), SETTINGS, ids=[cls.__name__ for cls, _ in SETTINGS])
+def test_config_keeps_the_value_of_every_argument_given(cls, arguments):
+    config = cls(**arguments).get_config()
+    assert {name: config[name] for name in arguments} == arguments
 
 
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: type(layer).__name__)
