@@ -1,10 +1,12 @@
 """TransformerBlock against a NumPy transcription of the paper, and its invariances."""
 
+import warnings
+
 import numpy as np
 import pytest
 from conftest import to_numpy
 
-from kformer import TransformerBlock
+from kformer import PositionalEmbedding, TransformerBlock
 
 rng = np.random.default_rng(7)
 
@@ -26,10 +28,10 @@ def np_attention(layer, x, context, mask):
     return np.einsum("bhtk,hkd->btd", weights @ v, w_o) + b_o
 
 
-def np_layer_norm(norm, x):
+def np_layer_norm(norm, x, epsilon):
     gamma, beta = norm.get_weights()
     mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-    return gamma * (x - mean) / np.sqrt(var + norm.epsilon) + beta
+    return gamma * (x - mean) / np.sqrt(var + epsilon) + beta
 
 
 def np_feed_forward(ffn, x):
@@ -37,14 +39,15 @@ def np_feed_forward(ffn, x):
     return np.maximum(0, x @ w_1 + b_1) @ w_2 + b_2
 
 
-def np_block(block, x, context=None, padding=None, context_padding=None):
+def np_block(block, x, context=None, padding=None, context_padding=None, *, decoder, norm_first, epsilon=1e-6):
+    """The paper's layer in NumPy with `block`'s weights; its structure from the arguments, not from `block`."""
     batch, length = x.shape[:2]
     padding = np.ones((batch, length), bool) if padding is None else padding
     self_mask = np.broadcast_to(padding[:, None, :], (batch, length, length))
-    if block.causal:
+    if decoder:
         self_mask = self_mask & np.tril(np.ones((length, length), bool))
     sublayers = [(block.self_attention_norm, lambda h: np_attention(block.self_attention, h, h, self_mask))]
-    if block.cross_attention:
+    if decoder:
         source_padding = np.ones(context.shape[:2], bool) if context_padding is None else context_padding
         cross_mask = np.broadcast_to(source_padding[:, None, :], (batch, length, context.shape[1]))
         sublayers.append(
@@ -52,10 +55,10 @@ def np_block(block, x, context=None, padding=None, context_padding=None):
         )
     sublayers.append((block.feed_forward_norm, lambda h: np_feed_forward(block.feed_forward, h)))
     for norm, sublayer in sublayers:
-        if block.norm_first:
-            x = x + sublayer(np_layer_norm(norm, x))
+        if norm_first:
+            x = x + sublayer(np_layer_norm(norm, x, epsilon))
         else:
-            x = np_layer_norm(norm, x + sublayer(x))
+            x = np_layer_norm(norm, x + sublayer(x), epsilon)
     return x
 
 
@@ -64,18 +67,22 @@ def perturb(block):
     block.set_weights([w + 0.1 * random_normal(*w.shape) for w in block.get_weights()])
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
+# None: the block's defaults, which must be the paper's post-LN with epsilon 1e-6.
+@pytest.mark.parametrize("norm_first", [None, True])
 @pytest.mark.parametrize("decoder", [False, True])
 def test_block_equals_numpy_transcription(norm_first, decoder):
     x, context = random_normal(2, 6, 16), random_normal(2, 9, 16)
     padding = np.arange(6)[None, :] < np.array([[6], [4]])
     source_padding = np.arange(9)[None, :] < np.array([[9], [5]])
-    block = TransformerBlock(16, 4, 32, causal=decoder, cross_attention=decoder, norm_first=norm_first)
+    settings = {} if norm_first is None else {"norm_first": norm_first}
+    block = TransformerBlock(16, 4, 32, causal=decoder, cross_attention=decoder, **settings)
     kwargs = dict(context=context, context_padding_mask=source_padding) if decoder else {}
     block(x, padding_mask=padding, **kwargs)
     perturb(block)
     actual = to_numpy(block(x, padding_mask=padding, **kwargs))
-    expected = np_block(block, x, context if decoder else None, padding, source_padding)
+    expected = np_block(
+        block, x, context if decoder else None, padding, source_padding, decoder=decoder, norm_first=bool(norm_first)
+    )
     np.testing.assert_allclose(actual, expected, atol=2e-5)
 
 
@@ -146,3 +153,35 @@ def test_each_sub_layers_output_is_dropped_too_not_only_the_attention_weights():
     attention = lambda training: to_numpy(block.self_attention(x, training=training))  # noqa: E731
     np.testing.assert_allclose(attention(True), attention(False), atol=1e-6)  # the weights' dropout is off
     assert not np.allclose(to_numpy(block(x, training=True)), to_numpy(block(x, training=False)), atol=1e-3)
+
+
+def test_block_passes_an_embeddings_keras_mask_on_without_a_warning():
+    tokens = np.array([[5, 3, 0, 0]])
+    embedded = PositionalEmbedding(vocab_size=10, d_model=16)(tokens)  # carries the padding mask
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Keras warns when a layer without masking support drops a mask
+        output = TransformerBlock(16, 4, 32)(embedded)
+    np.testing.assert_array_equal(to_numpy(output._keras_mask), [[True, True, False, False]])
+
+
+@pytest.mark.parametrize("argument", ["d_model", "d_ff"])
+def test_a_bad_width_is_refused_naming_the_argument(argument):
+    settings = {"d_model": 16, "num_heads": 4, "d_ff": 32, argument: 0}
+    with pytest.raises(ValueError, match=f"^{argument}"):
+        TransformerBlock(**settings)
+
+
+def test_sub_layers_have_readable_weight_names():
+    """Summaries, TensorBoard and checkpoints inspected by hand show these names."""
+    block = TransformerBlock(16, 4, 32, causal=True, cross_attention=True)
+    block(random_normal(1, 3, 16), context=random_normal(1, 2, 16))
+    names = {weight.path.split("/", 1)[1].rsplit("/", 1)[0] for weight in block.weights}
+    assert names == {
+        "self_attention",
+        "self_attention_norm",
+        "cross_attention",
+        "cross_attention_norm",
+        "feed_forward/hidden",
+        "feed_forward/projection",
+        "feed_forward_norm",
+    }
