@@ -144,6 +144,14 @@ def test_feed_forward_has_no_hidden_dropout_but_attention_weights_do():
     assert not np.allclose(attention(True), attention(False), atol=1e-3)
 
 
+def test_a_decoder_blocks_cross_attention_weights_are_dropped_while_training():
+    block = TransformerBlock(16, 4, 32, dropout=0.5, causal=True, cross_attention=True)
+    x, context = random_normal(2, 5, 16), random_normal(2, 7, 16)
+    block(x, context=context)  # build
+    cross = lambda training: to_numpy(block.cross_attention_layer(x, context, training=training))  # noqa: E731
+    assert not np.allclose(cross(True), cross(False), atol=1e-3)
+
+
 def test_each_sub_layers_output_is_dropped_too_not_only_the_attention_weights():
     """With the attention weights' dropout switched off, training still drops: the residual branches' dropout."""
     block = TransformerBlock(16, 4, 32, dropout=0.5)
