@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import to_numpy
 
-from kformer import PositionalEmbedding, TransformerBlock
+from kformer import FeedForward, PositionalEmbedding, TransformerBlock
 
 rng = np.random.default_rng(7)
 
@@ -163,13 +163,22 @@ def test_each_sub_layers_output_is_dropped_too_not_only_the_attention_weights():
     assert not np.allclose(to_numpy(block(x, training=True)), to_numpy(block(x, training=False)), atol=1e-3)
 
 
-def test_block_passes_an_embeddings_keras_mask_on_without_a_warning():
+@pytest.mark.parametrize("decoder", [False, True])
+def test_block_reads_an_embeddings_keras_mask_and_passes_it_on_without_a_warning(decoder):
     tokens = np.array([[5, 3, 0, 0]])
     embedded = PositionalEmbedding(vocab_size=10, d_model=16)(tokens)  # carries the padding mask
+    block = TransformerBlock(16, 4, 32, causal=decoder, cross_attention=decoder)
+    context = PositionalEmbedding(vocab_size=10, d_model=16)(np.array([[1, 2, 3, 0, 0]])) if decoder else None
+    kwargs = {"context": context} if decoder else {}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # Keras warns when a layer without masking support drops a mask
-        output = TransformerBlock(16, 4, 32)(embedded)
-    np.testing.assert_array_equal(to_numpy(output._keras_mask), [[True, True, False, False]])
+        output = block(embedded, **kwargs)
+    np.testing.assert_array_equal(to_numpy(output._keras_mask), [[True, True, False, False]])  # x's, not the context's
+    explicit = block(to_numpy(embedded), padding_mask=tokens != 0, **kwargs)  # the same mask, passed by hand
+    np.testing.assert_allclose(to_numpy(output)[:, :2], to_numpy(explicit)[:, :2], atol=1e-6)
+    if not decoder:  # (a causal block's real tokens never read the padding after them)
+        unmasked = block(to_numpy(embedded))  # no mask: the real tokens read the padding too
+        assert not np.allclose(to_numpy(output)[:, :2], to_numpy(unmasked)[:, :2], atol=1e-4)
 
 
 @pytest.mark.parametrize("argument", ["d_model", "d_ff"])
@@ -193,3 +202,11 @@ def test_sub_layers_have_readable_weight_names():
         "feed_forward/projection",
         "feed_forward_norm",
     }
+
+
+def test_feed_forward_passes_a_keras_mask_on_without_a_warning():
+    embedded = PositionalEmbedding(vocab_size=10, d_model=16)(np.array([[5, 3, 0]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        output = FeedForward(16, 32)(embedded)
+    np.testing.assert_array_equal(to_numpy(output._keras_mask), [[True, True, False]])

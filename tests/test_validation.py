@@ -25,6 +25,8 @@ from kformer import (
         (lambda: PositionalEmbedding(vocab_size=0, d_model=8), "vocab_size=0"),
         (lambda: PositionalEmbedding(vocab_size=10, d_model=8.0), "d_model=8.0"),
         (lambda: FeedForward(d_model=8, d_ff=None), "d_ff=None"),
+        (lambda: FeedForward(d_model=0, d_ff=8), "^d_model.*d_model=0"),
+        (lambda: FeedForward(d_model=8, d_ff=16, dropout=1.0), r"dropout must be in \[0, 1\), got dropout=1.0"),
         (lambda: TransformerBlock(8, 3, 16), "d_model=8 is not divisible by num_heads=3"),
         (lambda: sinusoidal_encoding(4, 0), "d_model=0"),
     ],

@@ -184,9 +184,6 @@ class TransformerBlock(keras.layers.Layer):
             return x + self.residual_dropout(sublayer(norm(x)), training=training)
         return norm(x + self.residual_dropout(sublayer(x), training=training))
 
-    def compute_mask(self, x, mask=None):
-        return mask[0] if isinstance(mask, (list, tuple)) else mask
-
     def get_config(self):
         config = super().get_config()
         config.update(
