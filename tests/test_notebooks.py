@@ -9,9 +9,45 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-def test_the_four_chapters_are_there():
+def test_the_chapters_are_there_in_reading_order():
     names = [path.stem for path in NOTEBOOKS]
-    assert names == ["01_attention_by_hand", "02_eight_stages", "03_train_and_translate", "04_deploy"]
+    assert names == [
+        "01_attention_by_hand",
+        "02_build_the_block",
+        "03_training_vs_inference",
+        "04_eight_stages",
+        "05_train_and_translate",
+        "06_decoder_only",
+        "07_deploy",
+    ]
+
+
+BUILT_INLINE = ["01_attention_by_hand", "02_build_the_block", "03_training_vs_inference", "06_decoder_only"]
+
+
+@pytest.mark.parametrize("name", BUILT_INLINE)
+def test_chapter_builds_its_pieces_inline_and_asserts_them_against_kformer(name):
+    """The reader sees the code (NumPy, no kformer) and the next cells assert it equals kformer's layers."""
+    notebook = nbformat.read(NOTEBOOKS[0].parent / f"{name}.ipynb", as_version=4)
+    code = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+    inline = [source for source in code if ("@" in source or "np.exp" in source or "def " in source)]
+    assert len(inline) >= 2, name
+    checks = "\n".join(code)
+    assert checks.count("assert") >= 6, name
+    assert "kformer." in checks
+
+
+@pytest.mark.parametrize("name", BUILT_INLINE)
+def test_chapter_ends_with_exercises_whose_solutions_are_asserted(name):
+    notebook = nbformat.read(NOTEBOOKS[0].parent / f"{name}.ipynb", as_version=4)
+    sources = [(cell.cell_type, cell.source) for cell in notebook.cells]
+    start = next(i for i, (kind, source) in enumerate(sources) if kind == "markdown" and "## Exercises" in source)
+    after = sources[start:]
+    solutions = [i for i, (kind, source) in enumerate(after) if kind == "markdown" and source.startswith("*Solution.*")]
+    assert len(solutions) >= 2, name
+    for i in solutions:  # each solution's prose is followed by a code cell that asserts it
+        kind, source = after[i + 1]
+        assert kind == "code" and "assert" in source, (name, source)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
