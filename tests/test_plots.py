@@ -29,6 +29,10 @@ def test_attention_maps_cover_every_layer_and_head_and_are_distributions():
             np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     for weights in maps["decoder self-attention"]:
         np.testing.assert_array_equal(np.triu(weights, k=1), 0.0)  # causal
+    figure = plots.attention_heatmaps(trained, "the black cat sleeps")
+    assert len(figure.axes) == 3 * 3 * 2 + 1  # a map per kind, layer and head, and one colour bar
+    colour_bar = figure.axes[-1]
+    assert colour_bar.get_ylabel() == "attention weight" and colour_bar.get_ylim() == (0.0, 1.0)
 
 
 def test_learning_curves_are_a_png(tmp_path):

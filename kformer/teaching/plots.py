@@ -78,12 +78,15 @@ def attention_heatmaps(trained, sentence, path=None):
         for layer, weights in enumerate(maps[kind]):
             for head in range(heads):
                 axis = grid[kind_index * layers + layer, head]
-                axis.imshow(weights[head], cmap="viridis", vmin=0.0, vmax=1.0)
+                image = axis.imshow(weights[head], cmap="viridis", vmin=0.0, vmax=1.0)
                 axis.set_xticks(range(len(columns)), columns, rotation=90, fontsize=8)
                 axis.set_yticks(range(len(rows)), rows, fontsize=8)
                 axis.set_title(f"{kind}, layer {layer + 1}, head {head + 1}", fontsize=8)
+                axis.set_xlabel("attends to", fontsize=7)
+                axis.set_ylabel("token", fontsize=7)
     figure.suptitle(f'"{sentence}" -> "{translation}"')
-    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / figure.get_figheight()))  # room for the title
+    figure.tight_layout(rect=(0, 0, 0.9, 1 - 0.4 / figure.get_figheight()))  # room for the title and the bar
+    figure.colorbar(image, cax=figure.add_axes((0.92, 0.3, 0.015, 0.4)), label="attention weight")
     if path is not None:
         figure.savefig(path, dpi=90)
     return figure
