@@ -27,7 +27,7 @@ BUILT_INLINE = ["01_attention_by_hand", "02_build_the_block", "03_training_vs_in
 
 @pytest.mark.parametrize("name", BUILT_INLINE)
 def test_chapter_builds_its_pieces_inline_and_asserts_them_against_kformer(name):
-    """The reader sees the code (NumPy, no kformer) and the next cells assert it equals kformer's layers."""
+    """The reader sees the code (NumPy, or plain loops around kformer's layers) and asserts check it against kformer."""
     notebook = nbformat.read(NOTEBOOKS[0].parent / f"{name}.ipynb", as_version=4)
     code = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
     inline = [source for source in code if ("@" in source or "np.exp" in source or "def " in source)]

@@ -28,6 +28,8 @@ from kformer import (
         (lambda: FeedForward(d_model=0, d_ff=8), "^d_model.*d_model=0"),
         (lambda: FeedForward(d_model=8, d_ff=16, dropout=1.0), r"dropout must be in \[0, 1\), got dropout=1.0"),
         (lambda: TransformerBlock(8, 3, 16), "d_model=8 is not divisible by num_heads=3"),
+        (lambda: TransformerBlock(d_model=0, num_heads=4, d_ff=32), "^d_model.*d_model=0"),
+        (lambda: TransformerBlock(d_model=16, num_heads=4, d_ff=0), "^d_ff.*d_ff=0"),
         (lambda: sinusoidal_encoding(4, 0), "d_model=0"),
     ],
 )
