@@ -7,6 +7,7 @@ import os
 import sys
 
 import kformer
+from kformer.data.stream import HELD_OUT
 from kformer.deploy import FORMATS, QUANTIZATIONS
 from kformer.training.config import TASKS, flags
 
@@ -24,12 +25,16 @@ DEMO_CONFIG = dict(
 )
 
 
-def _load_pairs(data):
-    """The splits of a pair file, or of the built-in corpus when data == "builtin"."""
+def _load_pairs(data, held_out=HELD_OUT, sample_size=None):
+    """The splits of a corpus file (its training split a stream when it is large), or of the built-in corpus when
+    data == "builtin"; `sample_size`: `TrainingConfig.vocab_sample`."""
     from kformer.data.corpus import builtin_splits
-    from kformer.data.pairs import read_pairs, split_pairs
+    from kformer.data.stream import corpus_splits
+    from kformer.training.config import TrainingConfig
 
-    return builtin_splits() if data == "builtin" else split_pairs(read_pairs(data, verbose=1))
+    if data == "builtin":
+        return builtin_splits()
+    return corpus_splits(data, held_out, sample_size or TrainingConfig.vocab_sample)
 
 
 def _config(args, **overrides):
@@ -108,7 +113,7 @@ def _train(args):
         print(f"Training loss {summary.get('loss', float('nan')):.3f}, perplexity {summary['perplexity']:.1f}.")
         print(f'Saved the language model to {args.out}/ (try: kformer generate --model {args.out} "el gato").')
         return
-    splits = _load_pairs(args.data)
+    splits = _load_pairs(args.data, args.held_out, config.vocab_sample)
     trained = train_translator(splits, args.out, config, args.verbose, args.overwrite)
     if splits.get("test"):
         _print_scores("test split", evaluate(trained, splits["test"]))
@@ -280,8 +285,14 @@ def _train_parser(commands):
     train.add_argument(
         "--data",
         required=True,
-        help="a .txt/.tsv/.zip of 'source<TAB>target' lines, two aligned files 'train.en,train.es', "
-        "or 'builtin' (with --task lm: text, one passage a line)",
+        help="a .txt/.tsv/.zip/.gz of 'source<TAB>target' lines, two aligned files 'train.en,train.es', "
+        "or 'builtin' (with --task lm: text, one passage a line); files over 64 MB are read as a stream",
+    )
+    train.add_argument(
+        "--held-out",
+        type=_positive_int,
+        default=HELD_OUT,
+        help="the most validation and test pairs kept from --data (default: %(default)s)",
     )
     train.add_argument("--out", required=True, help="model directory to write; rerun with the same one to resume")
     train.add_argument("--task", choices=TASKS, default="translate", help="lm: decoder-only on text")

@@ -69,7 +69,7 @@ def test_aligned_files_count_what_they_skip(tmp_path, capsys):
 
 
 def test_a_directory_is_not_a_pair_file(tmp_path):
-    with pytest.raises(DataError, match=f"{tmp_path}: is a directory; give a .txt, .tsv or .zip file"):
+    with pytest.raises(DataError, match=f"{tmp_path}: is a directory; give a .txt, .tsv, .gz or .zip file"):
         read_pairs(tmp_path)
 
 

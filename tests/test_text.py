@@ -4,7 +4,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kformer.data.text import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID, Tokenizer, build_vocabulary
+from kformer.data.text import (
+    END_ID,
+    PAD_ID,
+    RESERVED_TOKENS,
+    START_ID,
+    UNK_ID,
+    Tokenizer,
+    build_vocabularies,
+    build_vocabulary,
+)
 
 SENTENCES = [
     "¿Quién se cayó?",
@@ -82,3 +91,14 @@ def test_vocabulary_without_reserved_tokens_is_rejected():
 def test_a_vocabulary_needs_words_and_says_so(sentences, error, message):
     with pytest.raises(error, match=message):
         build_vocabulary(sentences, 100)
+
+
+def test_vocabularies_learned_side_by_side_are_those_learned_one_at_a_time():
+    english = [f"the {word} sees the {other}" for word in ("cat", "dog", "man") for other in ("bird", "fish")] * 5
+    spanish = [f"el {word} ve al {other}" for word in ("gato", "perro", "hombre") for other in ("ave", "pez")] * 5
+    assert build_vocabularies([(english, 60), (spanish, 40)]) == [
+        build_vocabulary(english, 60),
+        build_vocabulary(spanish, 40),
+    ]
+    with pytest.raises(ValueError, match="no words to learn a vocabulary from: 2 sentences"):
+        build_vocabularies([(english, 60), (["", " "], 40)])

@@ -1,5 +1,7 @@
 """The training recipe: loss, metric, schedule, time budget, and a model that learns."""
 
+import time
+
 import keras
 import numpy as np
 import pytest
@@ -126,6 +128,23 @@ def test_time_budget_stops_training():
     budget = TimeBudget(minutes=0.0)
     model.fit(np.zeros((64, 2)), np.zeros((64, 1)), batch_size=1, epochs=5, callbacks=[budget], verbose=0)
     assert budget.expired and budget.steps == 1
+
+
+def test_the_budget_clock_starts_when_the_first_step_ends():
+    """The first step waits for the data and the compiler; a budget shorter than that wait still trains."""
+
+    class SlowFirstStep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 0:
+                time.sleep(1.0)
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(loss="mse")
+    budget = TimeBudget(minutes=0.5 / 60)
+    data = np.zeros((10_000, 2)), np.zeros((10_000, 1))
+    model.fit(*data, batch_size=1, callbacks=[SlowFirstStep(), budget], verbose=0)
+    assert budget.expired and budget.first_step_seconds >= 1.0
+    assert budget.steps > 10 and 0.5 <= budget.elapsed < 1.0
 
 
 def copy_task_batches(batch_size=32, length=5, vocab=12, steps=600, seed=0):

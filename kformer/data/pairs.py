@@ -1,9 +1,16 @@
 """Sentence-pair files and text files read and checked, and deterministic splits.
 
 A pair file is Tatoeba/Anki style: `English<TAB>Target[<TAB>attribution]`, one
-pair per line, UTF-8; given as .txt/.tsv or as the .zip it is published in.
+pair per line, UTF-8; given as .txt/.tsv, gzip-compressed (.gz), or as the .zip
+it is published in. Two aligned files, one sentence a line, are the other form
+("train.en,train.es": the "Moses" format of OPUS and WMT).
+
+Every form is read the same way, line by line (`PairFile`): `read_pairs`
+keeps them all in memory, `kformer.data.stream` reads them as training goes.
 """
 
+import contextlib
+import gzip
 import hashlib
 import itertools
 import unicodedata
@@ -15,29 +22,15 @@ class DataError(ValueError):
     """Bad input data; the message names the file (and line) and what to do."""
 
 
-def _decode(raw, name):
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
-        raise DataError(f"{name}, line {line}: not UTF-8 text; re-save the file as UTF-8.") from None
-
-
-def _decode_line(raw, path, number):
+def _decode_line(raw, name, number):
     try:
         return raw.decode("utf-8-sig")  # also drops a byte-order mark
     except UnicodeDecodeError:
-        raise DataError(f"{path}, line {number}: not UTF-8 text; re-save the file as UTF-8.") from None
+        raise DataError(f"{name}, line {number}: not UTF-8 text; re-save the file as UTF-8.") from None
 
 
-def _read_text(path):
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: no such file; give a .txt, .tsv or .zip of sentence pairs.")
-    if path.is_dir():
-        raise DataError(f"{path}: is a directory; give a .txt, .tsv or .zip file of sentence pairs.")
-    if path.suffix.lower() != ".zip":
-        return _decode(path.read_bytes(), str(path)), str(path)
+def _zip_member(path):
+    """The one pair file inside the archive at `path`, or DataError."""
     try:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile:
@@ -50,115 +43,158 @@ def _read_text(path):
             and not Path(name).name.startswith(("_", "."))  # _about.txt, macOS ._ files
             and not name.startswith("__MACOSX")
         ]
-        if not members:
-            raise DataError(f"{path}: the archive holds no .txt or .tsv file of sentence pairs.")
-        if len(members) > 1:
-            raise DataError(
-                f"{path}: the archive holds {len(members)} text files ({', '.join(sorted(members))}); "
-                "unpack it and give the one with the sentence pairs."
-            )
-        (member,) = members
-        name = f"{path}:{member}"
-        return _decode(archive.read(member), name), name
+    if not members:
+        raise DataError(f"{path}: the archive holds no .txt or .tsv file of sentence pairs.")
+    if len(members) > 1:
+        raise DataError(
+            f"{path}: the archive holds {len(members)} text files ({', '.join(sorted(members))}); "
+            "unpack it and give the one with the sentence pairs."
+        )
+    return members[0]
 
 
-def _report(pairs, source, blank, more=""):
-    duplicates = len(pairs) - len(set(pairs))
-    print(
-        f"Read {len(pairs):,} pairs from {source} ({blank:,} blank lines skipped, "
-        f"{duplicates:,} duplicate pairs kept{more}).",
-        flush=True,
-    )
+class PairFile:
+    """A corpus of sentence pairs on disk, read line by line each time it is iterated (never whole).
 
+    Iterating yields (source, target) pairs: text NFC-normalised and stripped,
+    fields after the second tab (Tatoeba's attribution) ignored, blank lines
+    skipped, duplicates kept. `blank` and `extra_fields` count what the last
+    complete pass skipped and ignored, `lines` the lines it read.
 
-def read_parallel(source_path, target_path, verbose=0):
-    """Reads two aligned plain-text files, one sentence a line: the "Moses" format of OPUS and WMT.
+    Args:
+        path: a .txt/.tsv file, a .gz of one, a .zip holding one, or two
+            aligned files as "source_file,target_file".
 
-    The files are read together, line by line (never whole into memory);
-    text is NFC-normalised and stripped, lines blank on both sides are
-    skipped and duplicate pairs kept (with `verbose`, a line counts them).
-
-    Returns:
-        A list of (source, target) string pairs.
-
-    Raises:
-        DataError: a missing or non-UTF-8 file, a line empty on one side
-            only, or files of different lengths (the message gives both counts).
+    Raises (on making it):
+        DataError: no such file, a directory, or an archive without exactly one text file.
+    Raises (while iterating):
+        DataError: a line not UTF-8, without a tab, or with an empty side; aligned files
+            of different lengths. The message names the file and line.
     """
-    paths = [Path(source_path), Path(target_path)]
-    for path in paths:
-        if not path.is_file():
-            raise DataError(f"{path}: no such file; give two aligned text files, one sentence a line.")
-    pairs, blank = [], 0
-    with open(paths[0], "rb") as source, open(paths[1], "rb") as target:
-        for number, lines in enumerate(itertools.zip_longest(source, target), start=1):
-            if None in lines:
-                longer = lines.index(None) ^ 1  # the file that still has lines
-                counts = [number - 1, number - 1]
-                counts[longer] += 1 + sum(1 for _ in (source, target)[longer])
-                raise DataError(
-                    f"{paths[0]} has {counts[0]:,} lines but {paths[1]} has {counts[1]:,}; "
-                    "the two files must be aligned line by line."
-                )
-            sides = [
-                unicodedata.normalize("NFC", _decode_line(line, path, number).strip())
-                for line, path in zip(lines, paths, strict=True)
-            ]
-            if not any(sides):
-                blank += 1
-                continue
-            if not all(sides):
-                empty = paths[sides.index("")]
-                raise DataError(f"{empty}, line {number}: empty, but the other file's line {number} is not.")
-            pairs.append(tuple(sides))
-    if not pairs:
-        raise DataError(f"{paths[0]}, {paths[1]}: hold no sentence pairs.")
-    if verbose:
-        _report(pairs, f"{paths[0]} and {paths[1]}", blank)
-    return pairs
+
+    def __init__(self, path):
+        if isinstance(path, str) and "," in path and not Path(path).exists():
+            self.paths = [Path(part) for part in path.split(",", 1)]
+            for part in self.paths:
+                if not part.is_file():
+                    raise DataError(f"{part}: no such file; give two aligned text files, one sentence a line.")
+            self.name = f"{self.paths[0]} and {self.paths[1]}"
+            self.member = None
+        else:
+            path = Path(path)
+            if not path.exists():
+                raise DataError(f"{path}: no such file; give a .txt, .tsv, .gz or .zip of sentence pairs.")
+            if path.is_dir():
+                raise DataError(f"{path}: is a directory; give a .txt, .tsv, .gz or .zip file of sentence pairs.")
+            self.paths = [path]
+            self.member = _zip_member(path) if path.suffix.lower() == ".zip" else None
+            self.name = f"{path}:{self.member}" if self.member else str(path)
+        self.blank = self.extra_fields = self.lines = 0
+        self._raw = []
+
+    @property
+    def size(self):
+        """Bytes on disk (compressed, for a .gz or .zip)."""
+        return sum(path.stat().st_size for path in self.paths)
+
+    def position(self):
+        """Bytes on disk read so far by the pass under way (read ahead in blocks, so approximate)."""
+        return sum(raw.tell() for raw in self._raw if not raw.closed)
+
+    @contextlib.contextmanager
+    def _open(self, path):
+        """`path` as binary lines, decompressed; its raw file is kept for `position`."""
+        with open(path, "rb") as raw:
+            self._raw.append(raw)
+            try:
+                if self.member:
+                    with zipfile.ZipFile(raw) as archive, archive.open(self.member) as lines:
+                        yield lines
+                elif path.suffix.lower() == ".gz":
+                    with gzip.open(raw) as lines:
+                        yield lines
+                else:
+                    yield raw
+            except (OSError, EOFError, zipfile.BadZipFile) as error:  # a damaged .gz or .zip
+                raise DataError(f"{path}: cannot be read to its end ({error}).") from None
+            finally:
+                self._raw.remove(raw)
+
+    def __iter__(self):
+        return self._aligned() if len(self.paths) == 2 else self._tabbed()
+
+    def _tabbed(self):
+        blank = extra = number = 0
+        with self._open(self.paths[0]) as lines:
+            for number, raw in enumerate(lines, start=1):
+                line = _decode_line(raw, self.name, number)
+                if not line.strip():
+                    blank += 1
+                    continue
+                fields = line.split("\t")
+                extra += len(fields) > 2
+                if len(fields) < 2:
+                    raise DataError(f"{self.name}, line {number}: no tab; each line must be 'source<TAB>target'.")
+                source, target = (unicodedata.normalize("NFC", field.strip()) for field in fields[:2])
+                if not source or not target:
+                    side = "source" if not source else "target"
+                    raise DataError(f"{self.name}, line {number}: the {side} side is empty.")
+                yield source, target
+            self.blank, self.extra_fields, self.lines = blank, extra, number
+
+    def _aligned(self):
+        blank, number, paths = 0, 0, self.paths
+        with self._open(paths[0]) as source, self._open(paths[1]) as target:
+            for number, lines in enumerate(itertools.zip_longest(source, target), start=1):
+                if None in lines:
+                    longer = lines.index(None) ^ 1  # the file that still has lines
+                    counts = [number - 1, number - 1]
+                    counts[longer] += 1 + sum(1 for _ in (source, target)[longer])
+                    raise DataError(
+                        f"{paths[0]} has {counts[0]:,} lines but {paths[1]} has {counts[1]:,}; "
+                        "the two files must be aligned line by line."
+                    )
+                sides = [
+                    unicodedata.normalize("NFC", _decode_line(line, path, number).strip())
+                    for line, path in zip(lines, paths, strict=True)
+                ]
+                if not any(sides):
+                    blank += 1
+                    continue
+                if not all(sides):
+                    empty = paths[sides.index("")]
+                    raise DataError(f"{empty}, line {number}: empty, but the other file's line {number} is not.")
+                yield tuple(sides)
+        self.blank, self.lines = blank, number
 
 
 def read_pairs(path, verbose=0):
-    """Reads sentence pairs from a .txt/.tsv file or a .zip holding one.
+    """Reads every sentence pair of a corpus file (see `PairFile`) into memory.
 
-    `path` may also name two aligned files, "train.en,train.es" (see `read_parallel`).
-
-    Text is NFC-normalised and stripped (a byte-order mark and CRLF line
-    ends are fine); fields after the second tab (Tatoeba's attribution) are
-    ignored; blank lines are skipped; duplicate pairs are kept (they are
-    how often a translation occurs, and `split_pairs` keeps every copy of a
-    source on one side). With `verbose`, a line says how many of each there were.
-    In an archive, operating-system and metadata files (`__MACOSX/`, `._*`,
-    `_about.txt`) are ignored; it must hold exactly one other text file.
+    With `verbose`, a line says how many pairs there were, and how many blank
+    lines, duplicate pairs and extra fields.
 
     Returns:
         A list of (source, target) string pairs.
 
     Raises:
-        DataError: a missing, empty or non-UTF-8 file, or a line without a tab
-            or with an empty side; the message names the file and line.
+        DataError: a missing, empty or non-UTF-8 file, or a bad line (see `PairFile`);
+            the message names the file and line.
     """
-    if isinstance(path, str) and "," in path and not Path(path).exists():
-        return read_parallel(*path.split(",", 1), verbose=verbose)
-    text, name = _read_text(path)
-    pairs, blank, extra_fields = [], 0, 0
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            blank += 1
-            continue
-        fields = line.split("\t")
-        extra_fields += len(fields) > 2
-        if len(fields) < 2:
-            raise DataError(f"{name}, line {number}: no tab; each line must be 'source<TAB>target'.")
-        source, target = (unicodedata.normalize("NFC", field.strip()) for field in fields[:2])
-        if not source or not target:
-            side = "source" if not source else "target"
-            raise DataError(f"{name}, line {number}: the {side} side is empty.")
-        pairs.append((source, target))
+    corpus = PairFile(path)
+    pairs = list(corpus)
     if not pairs:
-        raise DataError(f"{name}: holds no sentence pairs.")
+        raise DataError(f"{corpus.name}: holds no sentence pairs.")
     if verbose:
-        _report(pairs, name, blank, f", fields after the second tab ignored on {extra_fields:,} lines")
+        duplicates = len(pairs) - len(set(pairs))
+        extra = ""
+        if len(corpus.paths) == 1:
+            extra = f", fields after the second tab ignored on {corpus.extra_fields:,} lines"
+        print(
+            f"Read {len(pairs):,} pairs from {corpus.name} ({corpus.blank:,} blank lines skipped, "
+            f"{duplicates:,} duplicate pairs kept{extra}).",
+            flush=True,
+        )
     return pairs
 
 
@@ -186,15 +222,17 @@ def split_pairs(pairs, valid_fraction=0.02, test_fraction=0.02, salt="kformer"):
     """
     splits = {"train": [], "valid": [], "test": []}
     for pair in pairs:
-        digest = hashlib.sha256(f"{salt}\0{pair[0]}".encode()).digest()
-        fraction = int.from_bytes(digest[:8], "big") / 2**64
-        if fraction < test_fraction:
-            splits["test"].append(pair)
-        elif fraction < test_fraction + valid_fraction:
-            splits["valid"].append(pair)
-        else:
-            splits["train"].append(pair)
+        splits[split_of(pair[0], valid_fraction, test_fraction, salt)].append(pair)
     return splits
+
+
+def split_of(source, valid_fraction=0.02, test_fraction=0.02, salt="kformer"):
+    """ "train", "valid" or "test": the split of every pair whose source sentence is `source` (its hash decides)."""
+    digest = hashlib.sha256(f"{salt}\0{source}".encode()).digest()
+    fraction = int.from_bytes(digest[:8], "big") / 2**64
+    if fraction < test_fraction:
+        return "test"
+    return "valid" if fraction < test_fraction + valid_fraction else "train"
 
 
 def read_lines(path):

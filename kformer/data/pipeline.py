@@ -1,4 +1,8 @@
-"""The tf.data training pipeline: tokenize, truncate, teacher forcing, bucket by length, pad."""
+"""The tf.data training pipeline: tokenize, truncate, teacher forcing, shuffle, bucket by length, pad.
+
+Pairs come from a list in memory or from a `TrainingStream` read from disk
+(`kformer.data.stream`); after tokenizing, both take the same path.
+"""
 
 import math
 
@@ -6,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from kformer.data.pairs import DataError
+from kformer.data.stream import TrainingStream
 from kformer.data.text import END_ID, PAD_ID, START_ID
 
 
@@ -42,7 +47,14 @@ def bucket_batch_sizes(boundaries, batch_size=64, batch_tokens=None):
 
 
 def batches_per_epoch(pairs, source_tokenizer, target_tokenizer, batch_size=64, max_length=40, batch_tokens=None):
-    """How many batches `make_dataset` makes of `pairs` in one pass (its bucketing, counted in NumPy)."""
+    """How many batches `make_dataset` makes of `pairs` in one pass (its bucketing, counted in NumPy).
+
+    For a `TrainingStream`: the count of its sample, scaled to its estimated size.
+    """
+    if isinstance(pairs, TrainingStream):
+        settings = dict(batch_size=batch_size, max_length=max_length, batch_tokens=batch_tokens)
+        in_sample = batches_per_epoch(pairs.sample, source_tokenizer, target_tokenizer, **settings)
+        return max(1, round(in_sample * pairs.estimated_pairs / len(pairs.sample)))
     sources, targets = zip(*pairs, strict=True)
     source_lengths = np.minimum(source_tokenizer.tokenize(tf.constant(sources)).row_lengths().numpy(), max_length)
     target_lengths = np.minimum(target_tokenizer.tokenize(tf.constant(targets)).row_lengths().numpy() + 1, max_length)
@@ -64,8 +76,15 @@ def make_dataset(
     seed=0,
     bucket_width=8,
     batch_tokens=None,
+    shuffle_buffer=500_000,
 ):
-    """The tf.data pipeline: tokenize, truncate, teacher forcing, bucket, pad.
+    """The tf.data pipeline: tokenize, truncate, teacher forcing, shuffle, bucket, pad.
+
+    A list of pairs is tokenized at once; a `TrainingStream` as it is read,
+    in batches of 1024 pairs tokenized in parallel, each epoch (its
+    batches are not counted: give it `repeat`). Either is shuffled in a
+    buffer of `shuffle_buffer` pairs, or of all of them when they are fewer:
+    the buffer, not the corpus, bounds the memory a stream takes.
 
     Pairs of similar length are batched together (buckets `bucket_width`
     tokens wide) and padded with 0 only to their bucket's edge, so a batch of
@@ -78,15 +97,30 @@ def make_dataset(
     Yields:
         ((encoder_tokens (B, S), decoder_tokens (B, T)), labels (B, T)), int32.
     """
-    if not pairs:
-        raise DataError("no sentence pairs to make a dataset from.")
-    sources, targets = zip(*pairs, strict=True)
-    source_ids = source_tokenizer.tokenize(tf.constant(sources))
-    target_ids = target_tokenizer.tokenize(tf.constant(targets))
-    dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
+    streamed = isinstance(pairs, TrainingStream)
+    if streamed:
+        # A Python call per pair would cap the stream near 2,000 pairs a second; one per 1024 pairs does not.
+        def chunks():  # called again for each pass
+            for chunk in pairs.chunks(1024):
+                yield tuple(np.array(side, dtype=object) for side in zip(*chunk, strict=True))
+
+        text = tf.data.Dataset.from_generator(chunks, output_signature=(tf.TensorSpec((None,), tf.string),) * 2)
+        dataset = text.map(
+            lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        dataset = dataset.unbatch()
+    else:
+        if not pairs:
+            raise DataError("no sentence pairs to make a dataset from.")
+        sources, targets = zip(*pairs, strict=True)
+        source_ids = source_tokenizer.tokenize(tf.constant(sources))
+        target_ids = target_tokenizer.tokenize(tf.constant(targets))
+        dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
     dataset = dataset.map(lambda s, t: teacher_forcing(s, t, max_length), num_parallel_calls=tf.data.AUTOTUNE)
     if shuffle:
-        dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
+        buffer = shuffle_buffer if streamed else min(shuffle_buffer, len(pairs))
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
     boundaries = bucket_boundaries(max_length, bucket_width)
@@ -98,11 +132,11 @@ def make_dataset(
         pad_to_bucket_boundary=True,
         drop_remainder=False,
     )
-    # Workers of a multi-worker strategy each take every n-th batch (the data is in memory, not files).
+    # Workers of a multi-worker strategy each take every n-th batch.
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     dataset = dataset.with_options(options)
-    if not repeat:
+    if not repeat and not streamed:
         # Bucketing hides the number of batches; Keras needs it to end an epoch cleanly.
         batches = int(dataset.reduce(0, lambda count, _: count + 1))
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))

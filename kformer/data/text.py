@@ -12,6 +12,12 @@ Choices, so output reads as text:
 - Ids 0-3 are reserved: [PAD], [UNK], [START], [END].
 """
 
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
@@ -38,6 +44,16 @@ def normalize(texts):
     return tf_text.normalize_utf8(texts, "NFC")
 
 
+def check_sentences(sentences):
+    """`sentences` as a list of strings with a word among them, or ValueError saying what is wrong."""
+    sentences = [text.decode("utf-8") for text in utf8_batch(sentences)]  # a list of strings, or TypeError
+    if not sentences:
+        raise ValueError("no sentences to learn a vocabulary from.")
+    if not any(text.strip() for text in sentences):
+        raise ValueError(f"no words to learn a vocabulary from: {len(sentences):,} sentences, all empty or blank.")
+    return sentences
+
+
 def build_vocabulary(sentences, vocab_size, batch_size=1024):
     """Learns a WordPiece vocabulary (reserved tokens first) from sentences.
 
@@ -51,12 +67,7 @@ def build_vocabulary(sentences, vocab_size, batch_size=1024):
     Raises:
         ValueError: there is not one word among the sentences.
     """
-    sentences = [text.decode("utf-8") for text in utf8_batch(sentences)]  # a list of strings, or TypeError
-    if not sentences:
-        raise ValueError("no sentences to learn a vocabulary from.")
-    if not any(text.strip() for text in sentences):
-        raise ValueError(f"no words to learn a vocabulary from: {len(sentences):,} sentences, all empty or blank.")
-    sentences = tf.data.Dataset.from_tensor_slices(sentences).batch(batch_size).map(normalize)
+    sentences = tf.data.Dataset.from_tensor_slices(check_sentences(sentences)).batch(batch_size).map(normalize)
     return bert_vocab_from_dataset.bert_vocab_from_dataset(
         sentences,
         vocab_size=vocab_size,
@@ -64,6 +75,55 @@ def build_vocabulary(sentences, vocab_size, batch_size=1024):
         bert_tokenizer_params=dict(lower_case=False),
         learn_params={},
     )
+
+
+# A process that learns one vocabulary: (sentences, size) pickled in, the vocabulary pickled out.
+_LEARNER = """
+import pickle, sys
+sentences, size = pickle.load(sys.stdin.buffer)
+from kformer.data.text import build_vocabulary
+pickle.dump(build_vocabulary(sentences, size), sys.stdout.buffer)
+"""
+
+
+def build_vocabularies(corpora):
+    """[build_vocabulary(sentences, size) for sentences, size in corpora], learned at the same time.
+
+    tensorflow-text's WordPiece learner is pure Python, so threads would take
+    turns: every vocabulary but the first is learned in a Python process of
+    its own (a fresh one, which imports kformer again), the first in this
+    one. Two vocabularies on two cores take the time of one.
+
+    Raises:
+        ValueError: a list without a word (checked before any learning starts).
+    """
+    corpora = [(check_sentences(sentences), size) for sentences, size in corpora]
+    if not corpora:
+        return []
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]),
+    }
+    learners = []
+    try:
+        for corpus in corpora[1:]:
+            pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            learner = subprocess.Popen([sys.executable, "-c", _LEARNER], env=env, **pipes)
+            learners.append(learner)
+            learner.stdin.write(pickle.dumps(corpus))  # read at once: the learner imports TensorFlow after
+            learner.stdin.flush()
+        vocabularies = [build_vocabulary(*corpora[0])]
+        for learner in learners:
+            result, errors = learner.communicate()
+            if learner.returncode != 0:
+                raise RuntimeError(f"the process learning a vocabulary failed: {errors.decode()[-2000:]}")
+            vocabularies.append(pickle.loads(result))
+        return vocabularies
+    finally:
+        for learner in learners:
+            learner.kill()
+            learner.wait()
 
 
 class Tokenizer(tf.Module):

@@ -19,18 +19,25 @@ from kformer.training.objectives import BudgetSchedule
 class TimeBudget(keras.callbacks.Callback):
     """Stops training once `minutes` of wall-clock time have passed (`spent_seconds` of them before a resume).
 
-    Checked after every batch; records the steps actually run, since Keras's
-    per-epoch ms/step is divided by the epoch's nominal length. When the
-    optimizer follows a `BudgetSchedule`, it also sets the schedule's
+    The clock starts when the first step ends: that step waits for the input
+    pipeline to fill its shuffle buffer and for tracing and XLA to compile,
+    which take the same time whatever the budget (`first_step_seconds` keeps
+    it). Checked after every step; records the steps actually run, since
+    Keras's per-epoch ms/step is divided by the epoch's nominal length. When
+    the optimizer follows a `BudgetSchedule`, it also sets the schedule's
     `total_steps` to the steps done plus those the remaining time allows at
     the pace of the last `window` steps (validation pauses included), so the
     learning rate reaches zero about when the time does.
 
     Args:
         schedule: the optimizer's schedule, when it is a `BudgetSchedule`.
+        verbose: show the time left and the step's metrics (in place of
+            Keras's progress bar, whose epochs mean little under a budget):
+            1 redraws one line on a terminal, 2 prints a line every 5% of the budget;
+            both print one at each epoch's end (a run always ends at one).
     """
 
-    def __init__(self, minutes, spent_seconds=0.0, schedule=None, window=200):
+    def __init__(self, minutes, spent_seconds=0.0, schedule=None, window=200, verbose=0):
         super().__init__()
         self.seconds = minutes * 60.0
         self.schedule = schedule if isinstance(schedule, BudgetSchedule) else None
@@ -38,10 +45,14 @@ class TimeBudget(keras.callbacks.Callback):
         self.steps = 0
         self.elapsed = spent_seconds
         self.expired = False
+        self.first_step_seconds = None
+        self.verbose = verbose
         self._times = collections.deque(maxlen=window)
+        self._shown = -1.0
 
     def on_train_begin(self, logs=None):
-        self._start = time.perf_counter() - self.elapsed
+        self._began = time.perf_counter()
+        self._start = None
         done = int(self.model.optimizer.iterations.numpy())
         if self.schedule is not None and done and self.elapsed:  # a resumed run: its pace so far
             self._estimate(done, self.elapsed / done)
@@ -51,8 +62,34 @@ class TimeBudget(keras.callbacks.Callback):
         self.schedule.total_steps.assign(min(float(done + remaining + 1), self._most_steps))
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.step_done(int(self.model.optimizer.iterations.numpy()), time.perf_counter() - self._start):
+        now = time.perf_counter()
+        if self._start is None:
+            self.first_step_seconds = now - self._began
+            self._start = now - self.elapsed
+        done = int(self.model.optimizer.iterations.numpy())
+        if self.step_done(done, now - self._start):
             self.model.stop_training = True
+        self._show(done, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._show(int(self.model.optimizer.iterations.numpy()), logs, epoch_done=epoch + 1)
+
+    def _show(self, done, logs, epoch_done=None):
+        step = self.seconds / 20 if self.verbose == 2 else 0.5
+        if not self.verbose or (epoch_done is None and self.elapsed - self._shown < step):
+            return
+        self._shown = self.elapsed
+        left = max(self.seconds - self.elapsed, 0.0)
+        bar = round(24 * min(self.elapsed / self.seconds, 1.0)) if self.seconds else 24
+        metrics = "  ".join(f"{name} {float(value):.4g}" for name, value in (logs or {}).items())
+        line = f"{int(left // 60)}:{int(left % 60):02d} left {'━' * bar}{'─' * (24 - bar)} step {done:,}  {metrics}"
+        if epoch_done is not None:
+            line = f"{line}  (epoch {epoch_done} done)"
+        if self.verbose == 1:  # a terminal: one line redrawn, kept at each epoch's end and at the end
+            end = "\n" if epoch_done is not None else ""
+            print(f"\r{line}\x1b[K", end=end, flush=True)
+        else:
+            print(line, flush=True)
 
     def step_done(self, done, elapsed):
         """Counts a step (`done` in all, after `elapsed` seconds of the run); returns True once time is up."""
@@ -120,7 +157,7 @@ class TrainingStopped(RuntimeError):
 
 
 class TrainingInterrupted(TrainingStopped):
-    """Ctrl-C: the state was saved and the same command resumes it."""
+    """Ctrl-C or SIGTERM: the state was saved and the same command resumes it."""
 
 
 class TrainingDiverged(TrainingStopped):
@@ -143,8 +180,8 @@ class Backup(keras.callbacks.Callback):
     `fit`; an epoch cut short is run again from its start.
 
     It also guards the run, inside `guard_interrupts()`:
-    - Ctrl-C (SIGINT) saves at the end of the current step and raises
-      `TrainingInterrupted` (a second Ctrl-C stops at once, unsaved);
+    - Ctrl-C (SIGINT) or SIGTERM saves at the end of the current step and
+      raises `TrainingInterrupted` (a second one stops at once, unsaved);
     - a non-finite loss raises `TrainingDiverged` without saving, and no
       weights are saved unless all are finite, so the copy on disk is the
       last good state.
@@ -200,20 +237,25 @@ class Backup(keras.callbacks.Callback):
 
     @contextlib.contextmanager
     def guard_interrupts(self):
-        """Turns the first Ctrl-C into "save at the end of this step and stop" (main thread only)."""
+        """Turns the first Ctrl-C or SIGTERM (a scheduler's preemption) into "save at the end of this step and stop".
+
+        Main thread only. A second signal acts at once.
+        """
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def interrupt(signum, frame):
             self._interrupted = True
-            signal.signal(signal.SIGINT, previous)  # a second Ctrl-C acts at once
+            for number, handler in previous.items():  # the second one acts at once
+                signal.signal(number, handler)
 
-        previous = signal.signal(signal.SIGINT, interrupt)
+        previous = {number: signal.signal(number, interrupt) for number in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
     def on_train_begin(self, logs=None):
         self._started = time.perf_counter() - self.seconds

@@ -42,7 +42,7 @@ def _is_number(value):
 
 _COUNTS = (  # positive integers; the optional ones may also be None
     "d_model num_heads num_layers d_ff source_vocab_size target_vocab_size max_length batch_size warmup_steps "
-    "backup_steps"
+    "backup_steps shuffle_buffer vocab_sample"
 ).split()
 _OPTIONAL_COUNTS = ("batch_tokens", "epochs", "steps_per_epoch")
 
@@ -69,6 +69,8 @@ class TrainingConfig:
     max_length: int = _setting(40, "tokens kept per sentence")
     batch_size: int = _setting(64, "sentences a batch")
     batch_tokens: int | None = _setting(None, "batches of this many padded tokens a side instead")
+    shuffle_buffer: int = _setting(500_000, "pairs held in the shuffle buffer (a corpus read as a stream: its memory)")
+    vocab_sample: int = _setting(200_000, "the vocabularies are learned from the first this many training pairs")
     label_smoothing: float = _setting(0.1, "the label smoothing of the loss")
     schedule: str = _setting(
         "budget",
@@ -83,7 +85,7 @@ class TrainingConfig:
         None, "end with the mean of the last K checkpoints (every --backup-steps), if it translates validation better"
     )
     epochs: int | None = _setting(None, "number of epochs (without --minutes: 10)")
-    minutes: float | None = _setting(None, "wall-clock training budget")
+    minutes: float | None = _setting(None, "wall-clock training budget, counted from the first step")
     steps_per_epoch: int | None = _setting(None, "steps an epoch (default: one pass over the training split)")
     patience: int = _setting(5, "epochs without a better validation chrF before stopping early")
     backup_steps: int = _setting(500, "steps between resumable backups")

@@ -21,7 +21,8 @@ import tensorflow as tf
 
 from kformer.data.pairs import DataError, check_pairs
 from kformer.data.pipeline import batches_per_epoch, make_dataset
-from kformer.data.text import Tokenizer, build_vocabulary
+from kformer.data.stream import TrainingStream
+from kformer.data.text import Tokenizer, build_vocabularies, check_sentences
 from kformer.model import build_decoder_only, build_transformer
 from kformer.model_dir import (
     SOURCE_VOCAB_FILE,
@@ -40,6 +41,8 @@ from kformer.training.distribute import fit_across_workers, make_strategy
 from kformer.training.evaluation import BestTranslations
 from kformer.training.history import forget_epochs, learning_curves, whole_history
 from kformer.training.objectives import BudgetSchedule, TransformerSchedule, compile_for_training, perplexity
+
+FEW_STEPS = 100  # a budget that ran out before this many steps warns that the model is barely trained
 
 
 def _schedule(config, steps_per_epoch):
@@ -77,33 +80,42 @@ def _compile(model, config, schedule):
     )
 
 
-def _vocabulary(path, sentences, size, verbose, what):
-    """Loads the vocabulary an interrupted run left in the output directory, or learns and writes it from `what`."""
-    if path.is_file():
-        return Tokenizer.load(path)
-    if verbose:
-        print(f"Learning a {size}-token WordPiece vocabulary from {len(sentences):,} sentences ...", flush=True)
-    try:
-        tokenizer = Tokenizer(build_vocabulary(sentences, size))
-    except ValueError as error:  # nothing but blank sentences
-        raise DataError(f"{what} holds {error}") from None
-    write_atomically(path, tokenizer.save)
-    return tokenizer
-
-
 def _vocabularies(out, pairs, config, verbose):
-    """The source and target tokenizers; with `shared_vocab`, one learned from both sides, written under both names."""
-    if not config.shared_vocab:
-        sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-        source = _vocabulary(out / SOURCE_VOCAB_FILE, sources, config.source_vocab_size, verbose, "the source side")
-        return source, _vocabulary(
-            out / TARGET_VOCAB_FILE, targets, config.target_vocab_size, verbose, "the target side"
-        )
-    both_sides = [s for s, _ in pairs] + [t for _, t in pairs]
-    shared = _vocabulary(out / SOURCE_VOCAB_FILE, both_sides, config.target_vocab_size, verbose, "the training pairs")
-    if not (out / TARGET_VOCAB_FILE).is_file():
-        write_atomically(out / TARGET_VOCAB_FILE, shared.save)
-    return shared, shared
+    """The source and target tokenizers; with `shared_vocab`, one learned from both sides, written under both names.
+
+    They are learned from the first `config.vocab_sample` pairs of `pairs` (a stream's sample), or loaded
+    from `out`, where an interrupted run left them.
+    """
+    pairs = pairs.sample if isinstance(pairs, TrainingStream) else pairs
+    pairs = pairs[: config.vocab_sample]
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    if config.shared_vocab:
+        wanted = {SOURCE_VOCAB_FILE: (sources + targets, config.target_vocab_size, "the training pairs")}
+    else:
+        wanted = {
+            SOURCE_VOCAB_FILE: (sources, config.source_vocab_size, "the source side"),
+            TARGET_VOCAB_FILE: (targets, config.target_vocab_size, "the target side"),
+        }
+    _learn_vocabularies(out, wanted, verbose)
+    source = Tokenizer.load(out / SOURCE_VOCAB_FILE)
+    if config.shared_vocab and not (out / TARGET_VOCAB_FILE).is_file():
+        write_atomically(out / TARGET_VOCAB_FILE, source.save)
+    return source, Tokenizer.load(out / TARGET_VOCAB_FILE)
+
+
+def _learn_vocabularies(out, wanted, verbose):
+    """Learns and writes the vocabularies of `wanted` {file name: (sentences, size, what they are)} missing in `out`."""
+    missing = {name: value for name, value in wanted.items() if not (out / name).is_file()}
+    for sentences, size, what in missing.values():
+        try:
+            check_sentences(sentences)
+        except ValueError as error:  # nothing but blank sentences
+            raise DataError(f"{what} holds {error}") from None
+        if verbose:
+            print(f"Learning a {size}-token WordPiece vocabulary from {len(sentences):,} sentences ...", flush=True)
+    learned = build_vocabularies([(sentences, size) for sentences, size, _ in missing.values()])
+    for name, vocabulary in zip(missing, learned, strict=True):
+        write_atomically(out / name, Tokenizer(vocabulary).save)
 
 
 @contextlib.contextmanager
@@ -195,7 +207,10 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         forget_epochs(out / "training" / "history.csv", initial_epoch)  # they run again
         if verbose:
             print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1}.")
-    budget = TimeBudget(config.minutes, backup.seconds, schedule) if config.minutes else None
+    budget_only = config.minutes and not config.epochs  # epochs mean little: the budget shows the time left instead
+    budget = None
+    if config.minutes:
+        budget = TimeBudget(config.minutes, backup.seconds, schedule, verbose=verbose if budget_only else 0)
     average = CheckpointAverage(config.average, config.backup_steps, keeper) if config.average else None
     started = time.perf_counter()
     with backup.guard_interrupts():
@@ -207,7 +222,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             steps_per_epoch=steps_per_epoch,
             callbacks=_callbacks(out, config, keeper, budget, backup, average),
             shuffle=False,  # the dataset shuffles itself
-            verbose=verbose,
+            verbose=0 if budget_only else verbose,
         )
     seconds = time.perf_counter() - started
     steps = int(model.optimizer.iterations.numpy())
@@ -218,6 +233,15 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         "epochs_run": len(epochs.get("loss", [])),
         "stopped_by": "time budget" if budget and budget.expired else "epochs or early stopping",
     }
+    if budget is not None:
+        summary["first_step_seconds"] = round(budget.first_step_seconds or 0.0, 1)
+    if budget is not None and budget.expired and budget.steps < FEW_STEPS:
+        summary["warning"] = (
+            f"only {budget.steps} training steps ran in {config.minutes:g} minutes (the first took "
+            f"{summary['first_step_seconds']:.0f} s): too few to learn from; give more --minutes"
+        )
+        if verbose:
+            print(f"Warning: {summary['warning']}.", flush=True)
     if average is not None and average.chrf is not None:
         summary["val_chrf_average"] = average.chrf
     if epochs.get("loss"):
@@ -351,13 +375,15 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
     config = config or TrainingConfig()
     if not isinstance(splits, dict) or "train" not in splits:
         raise DataError('splits must be a dict {"train": pairs, "valid": pairs (optional)}, as split_pairs returns.')
-    train_pairs = check_pairs(splits["train"], "splits['train']")
+    train_pairs = splits["train"]
+    if not isinstance(train_pairs, TrainingStream):
+        train_pairs = check_pairs(train_pairs, "splits['train']")
     valid_pairs = check_pairs(splits.get("valid") or [], "splits['valid']")
     if config.init_from:
         asked = {name: getattr(config, name) for name in ARCHITECTURE}
         default = dataclasses.asdict(TrainingConfig())
         refuse_new_architecture(config.init_from, {k: v for k, v in asked.items() if v != default[k]})
-    if not train_pairs:
+    if not isinstance(train_pairs, TrainingStream) and not train_pairs:
         raise DataError("the training split is empty; give more sentence pairs.")
     out = Path(out)
     with _claim(out, overwrite, config):
@@ -395,8 +421,10 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
             source, target = _vocabularies(out, pairs, config, verbose)
             builder, sizes, model_config = build_transformer, (source.vocab_size, target.vocab_size), config
         else:
-            lines = [line for _, line in pairs]
-            target = _vocabulary(out / TARGET_VOCAB_FILE, lines, config.target_vocab_size, verbose, "the training text")
+            lines = [line for _, line in pairs[: config.vocab_sample]]
+            wanted = {TARGET_VOCAB_FILE: (lines, config.target_vocab_size, "the training text")}
+            _learn_vocabularies(out, wanted, verbose)
+            target = Tokenizer.load(out / TARGET_VOCAB_FILE)
             source, builder, sizes = target, build_decoder_only, (target.vocab_size,)
             # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
             tie = config.tie_embeddings or config.shared_vocab
@@ -407,7 +435,8 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
         model, schedule = _build(strategy, model_config, builder, sizes, steps_per_epoch, weights)
         # model.keras, the best weights, and the backup with Adam's two moments (twice while replacing it).
         require_space(out, 8 * 4 * model.count_params(), "training this model")
-        train = make_dataset(pairs, source, target, repeat=True, seed=config.seed, **batches)
+        shuffle = dict(seed=config.seed, shuffle_buffer=config.shuffle_buffer)
+        train = make_dataset(pairs, source, target, repeat=True, **shuffle, **batches)
         if not translator:
             train = train.map(lambda inputs, labels: (inputs[1], labels))  # the decoder side only
         valid, keeper = None, None
@@ -418,13 +447,19 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
         if verbose:
             what = "Transformer" if translator else "decoder-only model"
             start = f"from {config.init_from}, " if base else ""
+            size = f"about {pairs.estimated_pairs:,}" if isinstance(pairs, TrainingStream) else f"{len(pairs):,}"
             print(
-                f"Training a {model.count_params():,}-parameter {what} {start}on {len(pairs):,} "
+                f"Training a {model.count_params():,}-parameter {what} {start}on {size} "
                 f"{'pairs' if translator else 'lines'} ({steps_per_epoch} steps an epoch, {policy}"
                 f"{'' if uses_xla(config) else ' without XLA'}, strategy {config.strategy}) ...",
                 flush=True,
             )
-        _, summary = _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper)
+        try:
+            _, summary = _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper)
+        except tf.errors.OpError:
+            if getattr(pairs, "error", None):  # a bad line deep in a stream: the backup keeps the run so far
+                raise DataError(f"{pairs.error} Fix it and run the same command again to resume.") from None
+            raise
     if keeper is not None and keeper.best >= 0:
         summary["val_chrf_kept"] = keeper.best
     if not translator:

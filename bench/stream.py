@@ -1,0 +1,108 @@
+"""`kformer train` on large corpora: time to the first step, peak memory, steps a second (issue 29).
+
+Runs `kformer train --data FILE --out TMP --minutes M` in a fresh process with a
+checkout's kformer first on the path (this one, or `--checkout DIR`, such as a
+worktree of an older commit), and reports:
+
+- first step: seconds from launching the command to the end of its first training step
+  (reading, splitting, vocabularies, counting, building, the first batch, XLA);
+- peak memory: the process's peak resident set (getrusage, so one command per run);
+- steps/s: training steps a second over the second half of the steps (the first half
+  includes an XLA compilation for each length bucket), measured by a callback this script
+  adds to model.fit (the only thing it changes);
+- steps: training steps run in the budget.
+
+Make the corpora with bench/make_corpus.py.
+
+    python3 bench/stream.py /tmp/corpora/pairs-1m.tsv [--checkout /tmp/before] [--minutes 3] [-- --flag value]
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+DRIVER = r"""
+import json, resource, sys, time
+# An editable install's finder would import this machine's kformer whatever PYTHONPATH says.
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+import keras
+import kformer
+
+fit = keras.Model.fit
+marks = {"kformer": kformer.__file__}
+
+class Clock(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+        now = time.time()
+        if "first_step" not in marks:  # the process's peak so far: preparing, the first batch, XLA
+            marks["first_step"] = now
+            marks["peak_gb_before_training"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        marks.setdefault("times", []).append(now)
+
+def timed_fit(self, *args, callbacks=None, **kwargs):
+    return fit(self, *args, callbacks=[Clock(), *(callbacks or [])], **kwargs)
+
+keras.Model.fit = timed_fit
+from kformer.cli import main
+try:
+    main(sys.argv[2:])
+finally:
+    with open(sys.argv[1], "w") as f:
+        json.dump(marks, f)
+"""
+
+
+def run(data, checkout, minutes, extra):
+    with tempfile.TemporaryDirectory() as tmp:
+        marks_path = os.path.join(tmp, "marks.json")
+        command = [sys.executable, "-c", DRIVER, marks_path, "train", "--data", data, "--out", f"{tmp}/model"]
+        command += ["--minutes", str(minutes), *extra]
+        env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
+        launched = time.time()
+        result = subprocess.run(command, env=env, capture_output=True, text=True)
+        ended = time.time()
+        peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+        marks = json.load(open(marks_path)) if os.path.exists(marks_path) else {}
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    report = {
+        "data": data,
+        "kformer": marks.get("kformer"),
+        "exit": result.returncode,
+        "first_step_s": round(marks["first_step"] - launched, 1) if "first_step" in marks else None,
+        "peak_gb": round(peak_gb, 2),
+        "peak_gb_before_training": round(marks.get("peak_gb_before_training", 0.0), 2),
+        "steps": len(marks.get("times", [])),
+        "steps_per_s": None,
+        "total_s": round(ended - launched, 1),
+    }
+    times = marks.get("times", [])
+    if len(times) > 40:  # the second half: by then XLA has compiled each bucket's shape
+        half = len(times) // 2
+        report["steps_per_s"] = round((len(times) - 1 - half) / (times[-1] - times[half]), 3)
+    if result.returncode:
+        report["stderr_tail"] = result.stderr.strip().splitlines()[-3:]
+    report["stdout"] = [line[-160:] for line in lines if "\b" not in line and "━" not in line][-8:]
+    return report
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data")
+    parser.add_argument("--checkout", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("extra", nargs="*", help="more `kformer train` flags, after --")
+    args = parser.parse_args()
+    print(json.dumps(run(args.data, args.checkout, args.minutes, args.extra), indent=1))
+
+
+if __name__ == "__main__":
+    main()

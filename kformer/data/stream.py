@@ -1,0 +1,116 @@
+"""Corpora of any size: the training split read from disk as training goes, never whole in memory.
+
+`corpus_splits(path)` is what `kformer train --data` reads. A file up to
+`STREAM_ABOVE_BYTES` is read whole and split in memory (`read_pairs`,
+`split_pairs`: exact epochs, a shuffle over the whole split). A larger one is
+read in one pass over its start that keeps:
+
+- the validation and test splits, their first `held_out` pairs in file order;
+- a sample of the training split, its first `sample_size` pairs, from which
+  the vocabularies are learned and the batches of an epoch estimated;
+
+and its training split becomes a `TrainingStream`, which `make_dataset` reads
+line by line each epoch, tokenizes in parallel and shuffles in a bounded
+buffer. Both ways split by the same rule (`split_of`), so a pair lands in the
+same split whichever way its file is read.
+"""
+
+import itertools
+import time
+
+from kformer.data.pairs import DataError, PairFile, read_pairs, split_of, split_pairs
+
+STREAM_ABOVE_BYTES = 64 * 2**20  # about 500,000 Tatoeba-length pairs
+HELD_OUT = 5000  # validation and test pairs kept from a large corpus: enough for a BLEU within a point
+SAMPLE_SIZE = 200_000  # training pairs read first; see `TrainingConfig.vocab_sample`
+
+
+class TrainingStream:
+    """The training split of a corpus file, read from disk each time it is iterated.
+
+    Iterating yields its (source, target) pairs in file order: every pair of
+    the file that `split_of` puts in "train".
+
+    Attributes:
+        sample: the first training pairs, read when it was made.
+        estimated_pairs: training pairs in the whole file; exact when the
+            sample reached the end of the file, else estimated from the bytes
+            the sample took.
+        error: the `DataError` of a bad line that a pass met, if one did
+            (tf.data, reading the stream, reports it as its own error).
+    """
+
+    def __init__(self, corpus, sample, estimated_pairs, valid_fraction, test_fraction):
+        self.corpus = corpus
+        self.sample = sample
+        self.estimated_pairs = estimated_pairs
+        self.fractions = valid_fraction, test_fraction
+        self.error = None
+
+    def __iter__(self):
+        try:
+            for source, target in self.corpus:
+                if split_of(source, *self.fractions) == "train":
+                    yield source, target
+        except DataError as error:
+            self.error = error
+            raise
+
+    def chunks(self, size=1024):
+        """The pairs in lists of `size` (the last shorter): how tf.data takes them, one Python call a list."""
+        pairs = iter(self)
+        while chunk := list(itertools.islice(pairs, size)):
+            yield chunk
+
+
+def corpus_splits(path, held_out=HELD_OUT, sample_size=SAMPLE_SIZE, valid_fraction=0.02, test_fraction=0.02, verbose=1):
+    """{"train": pairs or a `TrainingStream`, "valid": pairs, "test": pairs} of the corpus file at `path`.
+
+    Held-out splits keep their first `held_out` pairs; see the module's docstring.
+
+    Raises:
+        DataError: a missing or bad file (see `PairFile`), or one without training pairs.
+    """
+    corpus = PairFile(path)
+    if corpus.size <= STREAM_ABOVE_BYTES:
+        splits = split_pairs(read_pairs(path, verbose), valid_fraction, test_fraction)
+        return {name: pairs[:held_out] if name != "train" else pairs for name, pairs in splits.items()}
+    return _stream_splits(corpus, held_out, sample_size, valid_fraction, test_fraction, verbose)
+
+
+def _stream_splits(corpus, held_out, sample_size, valid_fraction, test_fraction, verbose):
+    if verbose:
+        print(
+            f"{corpus.name}: {corpus.size / 2**20:,.0f} MB, read as a stream. Reading its start: the first "
+            f"{sample_size:,} training pairs and {held_out:,} validation and test pairs ...",
+            flush=True,
+        )
+    splits = {"train": [], "valid": [], "test": []}
+    wanted = {"train": sample_size, "valid": held_out, "test": held_out}
+    pairs, lines, seen, started, shown = iter(corpus), 0, 0, time.perf_counter(), time.perf_counter()
+    try:
+        for lines, pair in enumerate(pairs, start=1):
+            name = split_of(pair[0], valid_fraction, test_fraction)
+            seen += name == "train"
+            if len(splits[name]) < wanted[name]:
+                splits[name].append(pair)
+            if all(len(splits[name]) >= wanted[name] for name in splits):
+                break
+            if verbose and time.perf_counter() - shown > 10:
+                shown = time.perf_counter()
+                print(f"  {lines:,} lines, {corpus.position() / corpus.size:.0%} of the file ...", flush=True)
+        ended = next(pairs, None) is None  # the pass reached the end of the file
+        read = corpus.size if ended else corpus.position()
+    finally:
+        pairs.close()
+    if not splits["train"]:
+        raise DataError(f"{corpus.name}: holds no training pairs; give more sentence pairs.")
+    estimated = seen if ended else round(seen * corpus.size / max(read, 1))
+    if verbose:
+        print(
+            f"Read {lines:,} lines ({read / 2**20:,.0f} MB) in {time.perf_counter() - started:.0f} s; "
+            f"{'' if ended else 'about '}{estimated:,} training pairs in all.",
+            flush=True,
+        )
+    stream = TrainingStream(corpus, splits["train"], estimated, valid_fraction, test_fraction)
+    return {"train": stream, "valid": splits["valid"], "test": splits["test"]}

@@ -1,0 +1,177 @@
+"""Corpora read as a stream: the same splits, batches and tokens as the in-memory path, in bounded memory.
+
+The in-memory path (`read_pairs`, `split_pairs`, `make_dataset` of a list) is
+the reference: a stream must give what it gives, read another way.
+"""
+
+import gzip
+import itertools
+import os
+import re
+import signal
+
+import keras
+import numpy as np
+import pytest
+
+from kformer.cli import main
+from kformer.data import stream
+from kformer.data.pairs import DataError, read_pairs, split_pairs
+from kformer.data.pipeline import batches_per_epoch, make_dataset
+from kformer.data.stream import TrainingStream, corpus_splits
+from kformer.data.text import Tokenizer, build_vocabulary
+from kformer.training.config import TrainingConfig
+from kformer.training.jobs import train_translator
+
+WORDS = "the a cat dog sees eats big small red old man woman".split()
+
+
+def corpus_lines(count, seed=0):
+    """`count` pair lines of 2-7 words, some repeated, a blank line and attribution fields among them."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for number in range(count):
+        words = rng.choice(WORDS, size=rng.integers(2, 8))
+        source = " ".join(words)
+        lines.append(f"{source}\t{' '.join(reversed(words)).upper()}" + ("\tCC-BY" if number % 7 == 0 else ""))
+    return lines[:10] + lines[:3] + [""] + lines[10:]
+
+
+def write(path, lines):
+    text = ("\n".join(lines) + "\n").encode("utf-8")
+    path.write_bytes(gzip.compress(text) if path.suffix == ".gz" else text)
+    return path
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    """Every file read as a stream, however small."""
+    monkeypatch.setattr(stream, "STREAM_ABOVE_BYTES", 0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer(build_vocabulary([" ".join(WORDS), " ".join(WORDS).upper()], 60))
+
+
+@pytest.mark.parametrize("name", ["pairs.tsv", "pairs.tsv.gz", "aligned"])
+def test_a_stream_holds_the_splits_of_the_in_memory_path(tmp_path, streamed, name, capsys):
+    lines = corpus_lines(3000)
+    if name == "aligned":
+        sources = write(tmp_path / "c.en", [line.split("\t")[0] for line in lines])
+        targets = write(tmp_path / "c.es", [line.split("\t")[1] if line else "" for line in lines])
+        path = f"{sources},{targets}"
+    else:
+        path = write(tmp_path / name, lines)
+    splits = corpus_splits(path, held_out=20, sample_size=100, valid_fraction=0.05, test_fraction=0.05)
+    assert "read as a stream" in capsys.readouterr().out
+    expected = split_pairs(read_pairs(path), valid_fraction=0.05, test_fraction=0.05)
+    assert isinstance(splits["train"], TrainingStream)
+    assert list(splits["train"]) == expected["train"]  # every line read again, each time it is iterated
+    assert list(splits["train"]) == expected["train"]
+    assert splits["train"].sample == expected["train"][:100]
+    assert splits["valid"] == expected["valid"][:20] and splits["test"] == expected["test"][:20]
+
+
+def test_a_small_file_is_read_into_memory_with_its_held_out_splits_capped(tmp_path):
+    path = write(tmp_path / "pairs.tsv", corpus_lines(3000))
+    expected = split_pairs(read_pairs(path))
+    splits = corpus_splits(path, held_out=10, sample_size=100, verbose=0)
+    assert splits == {"train": expected["train"], "valid": expected["valid"][:10], "test": expected["test"][:10]}
+
+
+def test_the_size_of_a_stream_is_estimated_from_the_bytes_its_sample_took(tmp_path, streamed):
+    path = write(tmp_path / "pairs.tsv", corpus_lines(20_000))
+    train = split_pairs(read_pairs(path))["train"]
+    estimated = corpus_splits(path, held_out=5, sample_size=2000, verbose=0)["train"].estimated_pairs
+    assert estimated == pytest.approx(len(train), rel=0.05) and estimated != len(train)
+    # A sample that reaches the end of the file counts it exactly.
+    assert corpus_splits(path, held_out=10**6, sample_size=10**6, verbose=0)["train"].estimated_pairs == len(train)
+
+
+def test_an_epoch_of_a_stream_is_estimated_close_to_the_count_of_its_pairs(tmp_path, streamed, tokenizer):
+    path = write(tmp_path / "pairs.tsv", corpus_lines(20_000))
+    train = corpus_splits(path, held_out=5, sample_size=2000, verbose=0)["train"]
+    exact = batches_per_epoch(list(train), tokenizer, tokenizer, batch_size=16, max_length=8)
+    assert batches_per_epoch(train, tokenizer, tokenizer, batch_size=16, max_length=8) == pytest.approx(exact, rel=0.05)
+
+
+def batches(dataset, count):
+    return [[part.numpy() for part in keras.tree.flatten(batch)] for batch in itertools.islice(dataset, count)]
+
+
+def test_a_stream_makes_the_batches_its_pairs_make_in_memory(tmp_path, streamed, tokenizer):
+    path = write(tmp_path / "pairs.tsv", corpus_lines(3000))
+    train = corpus_splits(path, held_out=5, sample_size=100, verbose=0)["train"]
+    settings = dict(batch_size=16, max_length=8, shuffle=False, repeat=True)
+    from_disk = batches(make_dataset(train, tokenizer, tokenizer, **settings), 400)  # past the end: it repeats
+    in_memory = batches(make_dataset(list(train), tokenizer, tokenizer, **settings), 400)
+    assert len(from_disk) == 400
+    for disk, memory in zip(from_disk, in_memory, strict=True):
+        assert all(np.array_equal(a, b) for a, b in zip(disk, memory, strict=True))
+
+
+@pytest.mark.parametrize("buffer", [1, 8])
+def test_a_stream_is_shuffled_within_its_buffer_only(tmp_path, streamed, tokenizer, buffer):
+    """A pair can come out at most `buffer - 1` places early: what the buffer does not hold is not in memory."""
+    path = write(tmp_path / "pairs.tsv", [f"{first} {second}\tx" for first in WORDS for second in WORDS])
+    train = corpus_splits(path, held_out=1, sample_size=10, verbose=0)["train"]
+    order = [tuple(ids) for ids in tokenizer.tokenize([source for source, _ in train]).to_list()]
+    assert len(set(order)) == len(order)
+    dataset = make_dataset(train, tokenizer, tokenizer, batch_size=1, max_length=20, repeat=True, shuffle_buffer=buffer)
+    places = [
+        order.index(tuple(ids[ids != 0])) for (ids, _), _ in itertools.islice(dataset.as_numpy_iterator(), len(order))
+    ]
+    assert sorted(places) == list(range(len(order)))  # one epoch: each pair once
+    assert all(place <= position + buffer - 1 for position, place in enumerate(places))
+    assert (places == list(range(len(order)))) == (buffer == 1)
+
+
+def test_a_bad_line_deep_in_a_stream_names_its_line(tmp_path, streamed):
+    lines = corpus_lines(3000)
+    lines[2500] = "no tab on this line"
+    path = write(tmp_path / "pairs.tsv", lines)
+    splits = corpus_splits(path, held_out=5, sample_size=50, verbose=0)  # the start is fine
+    with pytest.raises(DataError, match="pairs.tsv, line 2501: no tab"):
+        list(splits["train"])
+    tiny = dict(d_model=16, num_heads=2, num_layers=1, d_ff=32, source_vocab_size=60, target_vocab_size=60)
+    config = TrainingConfig(**tiny, max_length=8, batch_size=16, epochs=1, jit_compile=False)
+    with pytest.raises(DataError, match="line 2501: no tab; .* Fix it and run the same command again to resume"):
+        train_translator(splits, tmp_path / "model", config, verbose=0)
+
+
+def test_kformer_train_streams_a_large_corpus_and_shows_the_time_left(tmp_path, streamed, capsys):
+    data = write(tmp_path / "pairs.tsv.gz", corpus_lines(4000))
+    out = tmp_path / "model"
+    tiny = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --max-length 8 --batch-size 16"
+    argv = f"train --data {data} --out {out} --minutes 0.1 --warmup-steps 10 --no-xla --held-out 30 {tiny}"
+    assert main(argv.split()) == 0
+    printed = capsys.readouterr().out
+    assert "read as a stream" in printed and "Training a" in printed and "Saved the model directory" in printed
+    assert " left " in printed and "Epoch 1/" not in printed
+    assert "test split:" in printed and "(30 sentences," in printed
+
+
+def test_a_budget_too_short_to_train_says_so(tmp_path, capsys):
+    data = write(tmp_path / "pairs.tsv", corpus_lines(300))
+    out = tmp_path / "model"
+    tiny = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --max-length 8 --batch-size 16"
+    assert main(f"train --data {data} --out {out} --minutes 0.001 --no-xla {tiny}".split()) == 0
+    assert re.search(r"Warning: only \d+ training steps ran in 0.001 minutes", capsys.readouterr().out)
+
+
+def test_sigterm_saves_and_stops_training_like_ctrl_c(tmp_path):
+    from kformer.training.callbacks import Backup, TrainingInterrupted
+
+    class Preempt(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    backup = Backup(tmp_path / "backup", every_steps=1000)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(TrainingInterrupted, match="interrupted at step 4;"), backup.guard_interrupts():
+        model.fit(np.zeros((64, 2)), np.zeros((64, 1)), batch_size=1, callbacks=[Preempt(), backup], verbose=0)
+    assert signal.getsignal(signal.SIGTERM) is before  # put back as it was
