@@ -64,11 +64,13 @@ finally:
 def run(data, checkout, minutes, extra):
     with tempfile.TemporaryDirectory() as tmp:
         marks_path = os.path.join(tmp, "marks.json")
+        data = os.path.abspath(data)
         command = [sys.executable, "-c", DRIVER, marks_path, "train", "--data", data, "--out", f"{tmp}/model"]
         command += ["--minutes", str(minutes), *extra]
         env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
         launched = time.time()
-        result = subprocess.run(command, env=env, capture_output=True, text=True)
+        # In the checkout, so that `python -c` finds its kformer first (sys.path[0] is the working directory).
+        result = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True)
         ended = time.time()
         peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
         marks = json.load(open(marks_path)) if os.path.exists(marks_path) else {}

@@ -34,7 +34,7 @@ def _load_pairs(data, held_out=HELD_OUT, sample_size=None):
 
     if data == "builtin":
         return builtin_splits()
-    return corpus_splits(data, held_out, sample_size or TrainingConfig.vocab_sample)
+    return corpus_splits(data, sample_size or TrainingConfig.vocab_sample, held_out=held_out)
 
 
 def _config(args, **overrides):

@@ -213,3 +213,16 @@ def test_aligned_files_name_a_bad_line(tmp_path):
         read_pairs(f"{english},{one_sided}")
     with pytest.raises(DataError, match="missing.es: no such file"):
         read_pairs(f"{english},{tmp_path / 'missing.es'}")
+
+
+def test_old_mac_line_ends_are_line_ends(tmp_path):
+    assert read_pairs(write(tmp_path, "mac.txt", "Go.\tVe.\rHi.\tHola.\r")) == [("Go.", "Ve."), ("Hi.", "Hola.")]
+
+
+def test_a_damaged_gz_is_one_clear_message(tmp_path):
+    import gzip
+
+    packed = bytearray(gzip.compress(("Go.\tVe.\n" * 5000).encode()))
+    packed[len(packed) // 2 : len(packed) // 2 + 8] = b"\xff" * 8
+    with pytest.raises(DataError, match="pairs.tsv.gz: cannot be read to its end"):
+        read_pairs(write(tmp_path, "pairs.tsv.gz", bytes(packed)))

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -26,10 +27,12 @@ TRAIN_A_FEW_STEPS = """
     source = rng.integers(4, 12, size=(64, 5)).astype("int32")
     decoder_tokens = np.concatenate([np.full((64, 1), 2, "int32"), source], 1)
     labels = np.concatenate([source, np.full((64, 1), 3, "int32")], 1)
-    data = tf.data.Dataset.from_tensor_slices(((source, decoder_tokens), labels)).batch({batch})
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    data = data.with_options(options)
+    sequences = tf.data.Dataset.from_tensor_slices(((source, decoder_tokens), labels))
+    data = sequences.batch({batch})
+
+    def shares(context):  # a worker's share: every n-th sequence, in batches of its part of {batch}
+        share = sequences.shard(context.num_input_pipelines, context.input_pipeline_id)
+        return share.batch(context.get_per_replica_batch_size({batch})).repeat()
 
     keras.utils.set_random_seed(0)
     reference = kformer.build_transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
@@ -49,7 +52,7 @@ TRAIN_A_FEW_STEPS = """
             ticks, pace = itertools.count(), 0.1 + 0.03 * task
             kformer.training.distribute.time = types.SimpleNamespace(perf_counter=lambda: pace * next(ticks))
             budget = TimeBudget({budget} / 60, schedule=schedule)
-        losses = fit_across_workers(model, data.repeat(), {steps}, strategy, budget, log_every=4, verbose=0)["loss"]
+        losses = fit_across_workers(model, shares, {steps}, strategy, budget, log_every=4, verbose=0)["loss"]
     else:
         losses = model.fit(data, epochs=2, verbose=0).history["loss"]
     np.save(f"weights-{strategy}-{{task}}.npy", np.concatenate([w.ravel() for w in model.get_weights()]))
@@ -140,12 +143,72 @@ def test_two_local_workers_train_together(tmp_path):
 
 @pytest.mark.slow
 def test_two_local_workers_under_a_time_budget_stop_at_one_step_with_the_schedule_ended(tmp_path):
-    """Their clocks disagree: a fake clock, read once a step, 0.10 s a reading on worker 0 and 0.13 s on
-    worker 1. Alone, worker 1 would stop at step 116 and worker 0 at 150, leaving worker 0 waiting on an
-    all-reduce; schedules ended at different steps would give the two different weights."""
+    """Their clocks disagree: a fake clock, read once a step from the end of the first, 0.10 s a reading on
+    worker 0 and 0.13 s on worker 1. Alone, worker 1 would stop at step 117 (1 + 116 readings) and worker 0
+    at 151, leaving worker 0 waiting on an all-reduce; schedules ended at different steps would give the two
+    different weights."""
     results = run_two_workers(tmp_path, training_code("multiworker", loop=True, steps=100_000, budget=15))
-    # Together they stop at the first step whose mean reading (0.115 s a step) reaches 15 s.
-    assert results[0]["steps"] == results[1]["steps"] == 131
+    # Together they stop at the first step whose mean reading (0.115 s a step) reaches 15 s: 1 + 131 readings.
+    assert results[0]["steps"] == results[1]["steps"] == 132
     assert results[0]["end_rate"] == results[1]["end_rate"] < 0.1  # down near zero at the budget's end, not at 1e9
     first, second = (np.load(tmp_path / f"weights-multiworker-{task}.npy") for task in (0, 1))
     np.testing.assert_array_equal(first, second)
+
+
+def start_two_workers(command, cwd):
+    """`command` started as each of the two workers of a local cluster (worker 0 the chief)."""
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+        env = dict(os.environ, TF_CONFIG=tf_config, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+        pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        processes.append(subprocess.Popen(command, cwd=cwd, env=env, **pipes))
+    return processes
+
+
+def finish_all(processes):
+    for process in processes:
+        _, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_two_workers_killed_mid_run_resume_to_the_run_that_was_not_killed(tmp_path):
+    """The chief backs the run up every 10 steps; after both workers are killed (one with SIGKILL, as a
+    preemption does; the other left waiting on it) the same command on both goes on from the chief's copy,
+    each worker skipping the batches its share gave before, and ends where the run that was never killed did."""
+    from kformer.model_dir import load
+
+    def command(out):
+        return [
+            sys.executable, "-m", "kformer", "--quiet", "train", "--out", str(out), "--data", "builtin",
+            "--strategy", "multiworker", "--epochs", "4", "--steps-per-epoch", "40", "--backup-steps", "10",
+            "--d-model", "32", "--num-heads", "2", "--num-layers", "1", "--d-ff", "64", "--vocab-size", "300",
+            "--warmup-steps", "20", "--dropout", "0", "--no-xla",
+        ]  # fmt: skip
+
+    finish_all(start_two_workers(command(tmp_path / "whole"), tmp_path))
+
+    out = tmp_path / "killed"
+    state = out / "training" / "backup" / "state.json"
+    workers = start_two_workers(command(out), tmp_path)
+    while not (state.exists() and json.loads(state.read_text())["step"] >= 30):
+        assert all(worker.poll() is None for worker in workers), workers[0].stderr.read()[-3000:]
+        time.sleep(0.05)
+    workers[1].kill()
+    workers[0].kill()
+    for worker in workers:
+        worker.communicate()
+    assert not (out / "config.json").exists()
+    killed_at = json.loads(state.read_text())["step"]
+    assert 30 <= killed_at < 160
+
+    finish_all(start_two_workers(command(out), tmp_path))
+    whole, resumed = load(tmp_path / "whole"), load(out)
+    assert resumed.config["result"]["resumed_from"] == killed_at
+    assert resumed.config["result"]["steps"] == whole.config["result"]["steps"] == 160
+    whole_weights, resumed_weights = (
+        np.concatenate([w.ravel() for w in trained.model.get_weights()]) for trained in (whole, resumed)
+    )
+    assert np.linalg.norm(resumed_weights - whole_weights) < 1e-4 * np.linalg.norm(whole_weights)

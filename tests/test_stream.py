@@ -175,3 +175,37 @@ def test_sigterm_saves_and_stops_training_like_ctrl_c(tmp_path):
     with pytest.raises(TrainingInterrupted, match="interrupted at step 4;"), backup.guard_interrupts():
         model.fit(np.zeros((64, 2)), np.zeros((64, 1)), batch_size=1, callbacks=[Preempt(), backup], verbose=0)
     assert signal.getsignal(signal.SIGTERM) is before  # put back as it was
+
+
+def test_workers_share_a_stream_pair_by_pair(tmp_path, streamed):
+    path = write(tmp_path / "pairs.tsv", corpus_lines(500))
+    train = corpus_splits(path, held_out=5, sample_size=10, verbose=0)["train"]
+    everything = list(train)
+    first, second = list(train.share(0, 2)), list(train.share(1, 2))
+    assert first == everything[0::2] and second == everything[1::2]
+    assert train.share(0, 1) is train
+
+
+def test_each_worker_trains_on_its_own_share_of_the_pairs(tokenizer):
+    import tensorflow as tf
+
+    from kformer.training.jobs import _training_data
+
+    pairs = [(f"{first} {second}", "x") for first in WORDS for second in WORDS]
+    config = TrainingConfig(batch_size=8, max_length=20, shuffle_buffer=1)  # a buffer of one: in order
+    shares = _training_data(pairs, tokenizer, tokenizer, config, translator=True)
+    for index in (0, 1):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)
+        (sources, _), _ = next(iter(shares(context)))
+        expected = tokenizer.tokenize([source for source, _ in pairs[index::2][:4]]).to_tensor().numpy()
+        assert sources.shape[0] == 4  # the replica's half of the batch
+        np.testing.assert_array_equal(sources.numpy()[:, : expected.shape[1]], expected)
+
+
+def test_a_compressed_file_is_sized_by_the_text_it_holds(tmp_path):
+    from kformer.data.pairs import PairFile
+
+    lines = corpus_lines(3000)
+    text = len(("\n".join(lines) + "\n").encode())
+    packed = PairFile(write(tmp_path / "pairs.tsv.gz", lines))
+    assert packed.text_size == text > 3 * packed.size  # what decides between memory and a stream

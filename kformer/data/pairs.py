@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import unicodedata
 import zipfile
+import zlib
 from pathlib import Path
 
 
@@ -97,6 +98,19 @@ class PairFile:
         """Bytes on disk (compressed, for a .gz or .zip)."""
         return sum(path.stat().st_size for path in self.paths)
 
+    @property
+    def text_size(self):
+        """Bytes of text: what the archive records for a .zip member, or a .gz's trailer (its size modulo 4 GiB,
+        so at least the bytes on disk are taken)."""
+        if self.member:
+            with zipfile.ZipFile(self.paths[0]) as archive:
+                return archive.getinfo(self.member).file_size
+        if self.paths[0].suffix.lower() == ".gz" and self.size >= 4:
+            with open(self.paths[0], "rb") as raw:
+                raw.seek(-4, 2)
+                return max(self.size, int.from_bytes(raw.read(4), "little"))
+        return self.size
+
     def position(self):
         """Bytes on disk read so far by the pass under way (read ahead in blocks, so approximate)."""
         return sum(raw.tell() for raw in self._raw if not raw.closed)
@@ -115,7 +129,7 @@ class PairFile:
                         yield lines
                 else:
                     yield raw
-            except (OSError, EOFError, zipfile.BadZipFile) as error:  # a damaged .gz or .zip
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:  # a damaged .gz or .zip
                 raise DataError(f"{path}: cannot be read to its end ({error}).") from None
             finally:
                 self._raw.remove(raw)
@@ -126,6 +140,7 @@ class PairFile:
     def _tabbed(self):
         blank = extra = number = 0
         with self._open(self.paths[0]) as lines:
+            lines = (line for chunk in lines for line in chunk.splitlines())  # \n, \r\n and old Macs' \r
             for number, raw in enumerate(lines, start=1):
                 line = _decode_line(raw, self.name, number)
                 if not line.strip():

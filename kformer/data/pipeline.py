@@ -132,10 +132,6 @@ def make_dataset(
         pad_to_bucket_boundary=True,
         drop_remainder=False,
     )
-    # Workers of a multi-worker strategy each take every n-th batch.
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = dataset.with_options(options)
     if not repeat and not streamed:
         # Bucketing hides the number of batches; Keras needs it to end an epoch cleanly.
         batches = int(dataset.reduce(0, lambda count, _: count + 1))

@@ -1,7 +1,7 @@
 """Corpora of any size: the training split read from disk as training goes, never whole in memory.
 
 `corpus_splits(path)` is what `kformer train --data` reads. A file up to
-`STREAM_ABOVE_BYTES` is read whole and split in memory (`read_pairs`,
+`STREAM_ABOVE_BYTES` of text is read whole and split in memory (`read_pairs`,
 `split_pairs`: exact epochs, a shuffle over the whole split). A larger one is
 read in one pass over its start that keeps:
 
@@ -15,6 +15,7 @@ buffer. Both ways split by the same rule (`split_of`), so a pair lands in the
 same split whichever way its file is read.
 """
 
+import copy
 import itertools
 import time
 
@@ -22,7 +23,6 @@ from kformer.data.pairs import DataError, PairFile, read_pairs, split_of, split_
 
 STREAM_ABOVE_BYTES = 64 * 2**20  # about 500,000 Tatoeba-length pairs
 HELD_OUT = 5000  # validation and test pairs kept from a large corpus: enough for a BLEU within a point
-SAMPLE_SIZE = 200_000  # training pairs read first; see `TrainingConfig.vocab_sample`
 
 
 class TrainingStream:
@@ -36,8 +36,6 @@ class TrainingStream:
         estimated_pairs: training pairs in the whole file; exact when the
             sample reached the end of the file, else estimated from the bytes
             the sample took.
-        error: the `DataError` of a bad line that a pass met, if one did
-            (tf.data, reading the stream, reports it as its own error).
     """
 
     def __init__(self, corpus, sample, estimated_pairs, valid_fraction, test_fraction):
@@ -45,15 +43,32 @@ class TrainingStream:
         self.sample = sample
         self.estimated_pairs = estimated_pairs
         self.fractions = valid_fraction, test_fraction
-        self.error = None
+        self._errors = []  # one list for the stream and its shares
+        self._share = (0, 1)
+
+    @property
+    def error(self):
+        """The `DataError` of a bad line that a pass (of the stream or a share) met, or None."""
+        return self._errors[0] if self._errors else None
+
+    def share(self, index, count):
+        """Worker `index` of `count`'s share of the pairs: every `count`-th from the `index`-th.
+
+        Each worker reads the whole file; it tokenizes and batches only its share.
+        """
+        if count == 1:
+            return self
+        mine = copy.copy(self)
+        mine._share = (index, count)
+        return mine
 
     def __iter__(self):
+        index, count = self._share
         try:
-            for source, target in self.corpus:
-                if split_of(source, *self.fractions) == "train":
-                    yield source, target
+            pairs = (pair for pair in self.corpus if split_of(pair[0], *self.fractions) == "train")
+            yield from itertools.islice(pairs, index, None, count)
         except DataError as error:
-            self.error = error
+            self._errors.append(error)
             raise
 
     def chunks(self, size=1024):
@@ -63,16 +78,17 @@ class TrainingStream:
             yield chunk
 
 
-def corpus_splits(path, held_out=HELD_OUT, sample_size=SAMPLE_SIZE, valid_fraction=0.02, test_fraction=0.02, verbose=1):
+def corpus_splits(path, sample_size, held_out=HELD_OUT, valid_fraction=0.02, test_fraction=0.02, verbose=1):
     """{"train": pairs or a `TrainingStream`, "valid": pairs, "test": pairs} of the corpus file at `path`.
 
-    Held-out splits keep their first `held_out` pairs; see the module's docstring.
+    Held-out splits keep their first `held_out` pairs; a stream's sample is its first `sample_size`
+    training pairs (`TrainingConfig.vocab_sample`); see the module's docstring.
 
     Raises:
         DataError: a missing or bad file (see `PairFile`), or one without training pairs.
     """
     corpus = PairFile(path)
-    if corpus.size <= STREAM_ABOVE_BYTES:
+    if corpus.text_size <= STREAM_ABOVE_BYTES:
         splits = split_pairs(read_pairs(path, verbose), valid_fraction, test_fraction)
         return {name: pairs[:held_out] if name != "train" else pairs for name, pairs in splits.items()}
     return _stream_splits(corpus, held_out, sample_size, valid_fraction, test_fraction, verbose)

@@ -173,7 +173,8 @@ class Backup(keras.callbacks.Callback):
 
     Every `every_steps` steps and at each epoch's end it writes the weights
     with the optimizer's state (step-N.weights.h5), then where the run was
-    (state.json: epoch, step, seconds spent, and the weights file's name),
+    (state.json: epoch, step, seconds spent from the end of the first step
+    as `TimeBudget` counts them, and the weights file's name),
     then deletes older weights files. Each file is written atomically and
     state.json names its weights, so a process killed at any moment leaves
     a state and weights of the same step. `restore` puts a run back before
@@ -259,6 +260,7 @@ class Backup(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._started = time.perf_counter() - self.seconds
+        self._first_step = True
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -273,6 +275,8 @@ class Backup(keras.callbacks.Callback):
                 f"the loss became {loss} at step {step:,}; training stopped and {kept}. "
                 "Lower --learning-rate-scale or set --clipnorm and run again with the same --out to go on from there."
             )
+        if self._first_step:  # the time spent counts from here, as `TimeBudget`'s does
+            self._started, self._first_step = time.perf_counter() - self.seconds, False
         if self._interrupted:
             self._stop(self.epoch)
         if (batch + 1) % self.every_steps == 0:
@@ -283,9 +287,18 @@ class Backup(keras.callbacks.Callback):
         if self._interrupted:
             self._stop(epoch + 1)
 
+    @property
+    def interrupted(self):
+        """Whether Ctrl-C or SIGTERM came (inside `guard_interrupts`)."""
+        return self._interrupted
+
     def _stop(self, epoch):
         self.save(epoch)
-        raise TrainingInterrupted(
+        raise self.interruption()
+
+    def interruption(self):
+        """The `TrainingInterrupted` to raise once the run is saved."""
+        return TrainingInterrupted(
             f"interrupted at step {self._saved_step():,}; the run is saved in {self.directory}. "
             "Run the same command again to resume it."
         )

@@ -119,7 +119,7 @@ class TrainingConfig:
         if self.strategy not in STRATEGIES:
             raise ConfigError("strategy", f"is one of {', '.join(STRATEGIES)}", self.strategy)
         if self.average and self.strategy == "multiworker":
-            raise ConfigError("average", "needs the per-epoch validation that the multiworker strategy does not run")
+            raise ConfigError("average", "is not run by the multiworker strategy's training loop")
 
     def model_settings(self):
         settings = {

@@ -1,5 +1,6 @@
 """Strategies by name, and the training loop for the one strategy model.fit cannot drive."""
 
+import contextlib
 import time
 
 import tensorflow as tf
@@ -28,48 +29,100 @@ def make_strategy(name="default"):
     raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
 
 
-def fit_across_workers(model, dataset, steps, strategy, budget=None, log_every=100, verbose=1):
+def fit_across_workers(
+    model, datasets, steps, strategy, budget=None, backup=None, chief=True, callbacks=(), log_every=100, verbose=1
+):
     """Trains a compiled model for `steps` batches under MultiWorkerMirroredStrategy.
 
     model.fit in Keras 3.15 cannot drive this strategy (its first-batch build
     and metric reduction fail: keras-team/keras#20585), so this is the plain
     distributed loop fit would run: each worker's replica computes the loss
     (already divided by the replica count) and its gradients, the optimizer
-    all-reduces them, and the summed loss is the global mean. Of the Keras
-    callbacks only `budget` (a `TimeBudget`) runs here; the recipe saves the
-    result on the chief.
+    all-reduces them, and the summed loss is the global mean.
 
-    Under a budget every worker must stop at the same step (a worker still
-    waiting on an all-reduce that the others left fails) and set its budget
-    schedule's end to the same step (else the workers' weights drift apart),
-    so each step all-reduces the workers' clocks with the loss, and all of
-    them go by the mean.
+    Each worker reads its own share of the data: `datasets(input_context)`
+    runs on every worker and makes the batches of that worker's share
+    (`input_context.input_pipeline_id` of `num_input_pipelines`), each of
+    `input_context.get_per_replica_batch_size(global batch)` sequences.
+
+    Every worker must stop at the same step (a worker still waiting on an
+    all-reduce that the others left fails), so each step all-reduces, with
+    the loss, the workers' clocks (all of them go by the mean: under a
+    budget each sets its budget schedule's end to the same step, or their
+    weights would drift apart) and whether any of them was told to stop.
+    As under `TimeBudget`, the clocks start when the first step ends.
+
+    Args:
+        budget: a `TimeBudget`, or None.
+        backup: a `Backup` in a directory every worker can read (as Keras's
+            BackupAndRestore asks), or None. The run goes on from where it
+            was restored (`Backup.restore`, on every worker, before this):
+            each worker skips the batches its share gave before, so a
+            resumed run trains on the batches an uninterrupted one would.
+            The chief writes it every `backup.every_steps` steps and at
+            the end of every `log_every` steps (an epoch). Ctrl-C or SIGTERM on any worker
+            stops every worker after the same step, with the copy saved, and
+            raises `TrainingInterrupted` on each.
+        chief: whether this worker writes the backup and runs `callbacks`.
+        callbacks: Keras callbacks whose `on_epoch_end` runs on the chief
+            every `log_every` steps (the others wait at the next step's
+            all-reduce), and `on_train_end` at the end; such as the keeper
+            of the best validation translations.
 
     Returns:
         {"loss": [mean loss of each logged span], "steps": steps run}.
     """
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    done, spent = 0, 0.0
+    if backup is not None:  # restored already, if there was a run to resume
+        backup.set_model(model)
+        done, spent = backup.restored_step or 0, backup.seconds
+        backup.on_train_begin()
+
+    def resumed(context):  # each of a worker's replicas took a batch of its share a step
+        return datasets(context).skip(done * context.num_replicas_in_sync // context.num_input_pipelines)
+
+    distributed = strategy.distribute_datasets_from_function(resumed)
+    iterator = iter(distributed)
 
     @tf.function
-    def train_step(batch, elapsed):
+    def train_step(batch, signals):  # signals: [seconds since the start, 1.0 if told to stop]
         def replica_step(inputs, labels):
             with tf.GradientTape() as tape:
                 loss = model.loss(labels, model(inputs, training=True))
             model.optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
-            return tf.stack([loss, elapsed / strategy.num_replicas_in_sync])
+            return tf.concat([[loss], signals / strategy.num_replicas_in_sync], axis=0)
 
-        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)  # [loss, mean elapsed]
+        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)  # [loss, means of signals]
 
-    started, losses, span = time.perf_counter(), [], []
-    for step in range(1, steps + 1):
-        loss, elapsed = train_step(next(iterator), tf.constant(time.perf_counter() - started, tf.float32)).numpy()
-        span.append(float(loss))
-        stop = budget is not None and budget.step_done(int(model.optimizer.iterations.numpy()), float(elapsed))
-        if step % log_every == 0 or step == steps or stop:
-            losses.append(sum(span) / len(span))
-            span = []
-            if verbose:
-                print(f"step {step}/{steps} - loss {losses[-1]:.4f}", flush=True)
-        if stop:
-            break
+    callbacks = list(callbacks) if chief else []
+    for callback in callbacks:
+        callback.set_model(model)
+    started, losses, span, step = None, [], [], done
+    guard = backup.guard_interrupts() if backup is not None else contextlib.nullcontext()
+    with guard:
+        for step in range(done + 1, steps + 1):
+            told = float(backup is not None and backup.interrupted)
+            clock = spent if started is None else spent + time.perf_counter() - started
+            loss, elapsed, stop_told = train_step(next(iterator), tf.constant([clock, told], tf.float32)).numpy()
+            if started is None:  # the clock starts when the first step (tracing, the first batches) ends
+                started = time.perf_counter()
+            span.append(float(loss))
+            stop = budget is not None and budget.step_done(int(model.optimizer.iterations.numpy()), float(elapsed))
+            if step % log_every == 0 or step == steps or stop or stop_told:
+                losses.append(sum(span) / len(span))
+                span, logs = [], {"loss": losses[-1]}
+                if step % log_every == 0:
+                    for callback in callbacks:
+                        callback.on_epoch_end(step // log_every - 1, logs)
+                if verbose:
+                    shown = " - ".join(f"{name} {value:.4f}" for name, value in logs.items())
+                    print(f"step {step}/{steps} - {shown}", flush=True)
+            if backup is not None and chief and (step % backup.every_steps == 0 or step % log_every == 0 or stop_told):
+                backup.save(step // log_every)
+            if stop_told:
+                raise backup.interruption()
+            if stop:
+                break
+    for callback in callbacks:
+        callback.on_train_end()
     return {"loss": losses, "steps": step}

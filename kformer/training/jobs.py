@@ -80,31 +80,31 @@ def _compile(model, config, schedule):
     )
 
 
-def _vocabularies(out, pairs, config, verbose):
+def _vocabularies(out, pairs, config, verbose, write=True):
     """The source and target tokenizers; with `shared_vocab`, one learned from both sides, written under both names.
 
     They are learned from the first `config.vocab_sample` pairs of `pairs` (a stream's sample), or loaded
-    from `out`, where an interrupted run left them.
+    from `out`, where an interrupted run left them; `write`: write those it learned there.
     """
     pairs = pairs.sample if isinstance(pairs, TrainingStream) else pairs
     pairs = pairs[: config.vocab_sample]
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     if config.shared_vocab:
         wanted = {SOURCE_VOCAB_FILE: (sources + targets, config.target_vocab_size, "the training pairs")}
-    else:
-        wanted = {
-            SOURCE_VOCAB_FILE: (sources, config.source_vocab_size, "the source side"),
-            TARGET_VOCAB_FILE: (targets, config.target_vocab_size, "the target side"),
-        }
-    _learn_vocabularies(out, wanted, verbose)
-    source = Tokenizer.load(out / SOURCE_VOCAB_FILE)
-    if config.shared_vocab and not (out / TARGET_VOCAB_FILE).is_file():
-        write_atomically(out / TARGET_VOCAB_FILE, source.save)
-    return source, Tokenizer.load(out / TARGET_VOCAB_FILE)
+        (shared,) = _learn_vocabularies(out, wanted, verbose, write).values()
+        if write and not (out / TARGET_VOCAB_FILE).is_file():
+            write_atomically(out / TARGET_VOCAB_FILE, shared.save)
+        return shared, shared
+    wanted = {
+        SOURCE_VOCAB_FILE: (sources, config.source_vocab_size, "the source side"),
+        TARGET_VOCAB_FILE: (targets, config.target_vocab_size, "the target side"),
+    }
+    return tuple(_learn_vocabularies(out, wanted, verbose, write).values())
 
 
-def _learn_vocabularies(out, wanted, verbose):
-    """Learns and writes the vocabularies of `wanted` {file name: (sentences, size, what they are)} missing in `out`."""
+def _learn_vocabularies(out, wanted, verbose, write=True):
+    """{file name: Tokenizer} for `wanted` {file name: (sentences, size, what they are)}: each loaded from `out`,
+    or learned (all at once) and, with `write`, written there."""
     missing = {name: value for name, value in wanted.items() if not (out / name).is_file()}
     for sentences, size, what in missing.values():
         try:
@@ -114,8 +114,11 @@ def _learn_vocabularies(out, wanted, verbose):
         if verbose:
             print(f"Learning a {size}-token WordPiece vocabulary from {len(sentences):,} sentences ...", flush=True)
     learned = build_vocabularies([(sentences, size) for sentences, size, _ in missing.values()])
-    for name, vocabulary in zip(missing, learned, strict=True):
-        write_atomically(out / name, Tokenizer(vocabulary).save)
+    tokenizers = dict(zip(missing, map(Tokenizer, learned), strict=True))
+    for name, tokenizer in tokenizers.items():
+        if write:
+            write_atomically(out / name, tokenizer.save)
+    return {name: tokenizers.get(name) or Tokenizer.load(out / name) for name in wanted}
 
 
 @contextlib.contextmanager
@@ -181,8 +184,6 @@ def _epochs(config):
 
 def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper=None):
     """model.fit under the epoch count or the wall-clock budget; returns (history, summary)."""
-    if config.strategy == "multiworker":
-        return _fit_across_workers(model, schedule, train, steps_per_epoch, config, verbose)
     backup = Backup(out / "training" / "backup", config.backup_steps)
     try:
         initial_epoch = backup.restore(model)
@@ -196,6 +197,8 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             f"{out}: holds an interrupted run of a model of another shape; resume it with the settings it "
             "was started with, or choose another --out."
         ) from None
+    if config.strategy == "multiworker":
+        return _fit_across_workers(model, schedule, train, steps_per_epoch, config, verbose, backup, keeper)
     if backup.restored_step is not None:
         if isinstance(schedule, BudgetSchedule) and not config.minutes:
             # Keras reruns the interrupted epoch whole: the schedule ends where this run will, not at
@@ -205,8 +208,14 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         if keeper is not None:
             keeper.resume()
         forget_epochs(out / "training" / "history.csv", initial_epoch)  # they run again
+        # The data goes on where it was: the batches trained on are read and skipped, not trained on again.
+        train = train.skip(backup.restored_step)
         if verbose:
-            print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1}.")
+            print(
+                f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1} "
+                f"(first reading past the {backup.restored_step:,} batches it trained on) ...",
+                flush=True,
+            )
     budget_only = config.minutes and not config.epochs  # epochs mean little: the budget shows the time left instead
     budget = None
     if config.minutes:
@@ -233,11 +242,13 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         "epochs_run": len(epochs.get("loss", [])),
         "stopped_by": "time budget" if budget and budget.expired else "epochs or early stopping",
     }
+    if backup.restored_step is not None:
+        summary["resumed_from"] = backup.restored_step
     if budget is not None:
         summary["first_step_seconds"] = round(budget.first_step_seconds or 0.0, 1)
-    if budget is not None and budget.expired and budget.steps < FEW_STEPS:
+    if budget is not None and budget.expired and steps < FEW_STEPS:
         summary["warning"] = (
-            f"only {budget.steps} training steps ran in {config.minutes:g} minutes (the first took "
+            f"only {steps} training steps ran in {config.minutes:g} minutes (the first took "
             f"{summary['first_step_seconds']:.0f} s): too few to learn from; give more --minutes"
         )
         if verbose:
@@ -250,20 +261,66 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
     return history, summary
 
 
-def _fit_across_workers(model, schedule, train, steps_per_epoch, config, verbose):
-    strategy = model.distribute_strategy
+def _fit_across_workers(model, schedule, datasets, steps_per_epoch, config, verbose, backup, keeper):
+    """`fit_across_workers`, resumed from `backup` (restored) and writing it on the chief, where the `keeper`
+    translates the validation pairs at each epoch's end."""
+    if keeper is not None and backup.restored_step is not None:
+        keeper.resume()
+    if verbose and backup.restored_step is not None:
+        print(f"Resuming the interrupted run in {backup.directory}: step {backup.restored_step:,}.", flush=True)
     started = time.perf_counter()
     steps = steps_per_epoch * _epochs(config)
-    budget = TimeBudget(config.minutes, schedule=schedule) if config.minutes else None
-    history = fit_across_workers(model, train, steps, strategy, budget, log_every=steps_per_epoch, verbose=verbose)
+    budget = TimeBudget(config.minutes, backup.seconds, schedule) if config.minutes else None
+    history = fit_across_workers(
+        model,
+        datasets,
+        steps,
+        model.distribute_strategy,
+        budget,
+        backup,
+        chief=_is_chief(config),
+        callbacks=[keeper] if keeper is not None else [],
+        log_every=steps_per_epoch,
+        verbose=verbose,
+    )
     summary = {
         "steps": history["steps"],
         "seconds": round(time.perf_counter() - started, 1),
         "epochs_run": len(history["loss"]),
         "stopped_by": "multi-worker loop",
-        "loss": round(history["loss"][-1], 4),
     }
+    if history["loss"]:  # none when it was killed after its last step's backup
+        summary["loss"] = round(history["loss"][-1], 4)
+    if backup.restored_step is not None:
+        summary["resumed_from"] = backup.restored_step
     return history, summary
+
+
+def _training_data(pairs, source, target, config, translator):
+    """`input_context -> dataset`: the training batches of one worker's share of `pairs` (every n-th pair).
+
+    A share's batches hold the per-replica part of `config.batch_size` (or of `batch_tokens`).
+    """
+
+    shuffle = dict(shuffle_buffer=config.shuffle_buffer)
+
+    def share(context):
+        count, index = context.num_input_pipelines, context.input_pipeline_id
+        batches = dict(
+            batch_size=max(1, config.batch_size // context.num_replicas_in_sync),
+            batch_tokens=config.batch_tokens and max(1, config.batch_tokens // context.num_replicas_in_sync),
+            max_length=config.max_length,
+        )
+        if isinstance(pairs, TrainingStream):
+            mine = pairs.share(index, count)
+        else:
+            mine = pairs if count == 1 else pairs[index::count]
+        dataset = make_dataset(mine, source, target, repeat=True, seed=config.seed, **batches, **shuffle)
+        if not translator:
+            dataset = dataset.map(lambda inputs, labels: (inputs[1], labels))  # the decoder side only
+        return dataset
+
+    return share
 
 
 def _is_chief(config):
@@ -282,8 +339,11 @@ def _is_chief(config):
 
 @contextlib.contextmanager
 def _claim(out, overwrite, config):
-    """`out` held for this run (`run_lock`; by the chief, where several workers train) and made ready for it."""
-    with run_lock(out) if _is_chief(config) else contextlib.nullcontext():
+    """`out` held for this run (`run_lock`) and made ready for it, by the chief where several workers train."""
+    if not _is_chief(config):
+        yield
+        return
+    with run_lock(out):
         prepare_output(out, overwrite)
         yield
 
@@ -418,13 +478,12 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
     translator = kind == "translator"
     with _training_setup(config) as (strategy, policy):
         if translator:
-            source, target = _vocabularies(out, pairs, config, verbose)
+            source, target = _vocabularies(out, pairs, config, verbose, write=_is_chief(config))
             builder, sizes, model_config = build_transformer, (source.vocab_size, target.vocab_size), config
         else:
             lines = [line for _, line in pairs[: config.vocab_sample]]
             wanted = {TARGET_VOCAB_FILE: (lines, config.target_vocab_size, "the training text")}
-            _learn_vocabularies(out, wanted, verbose)
-            target = Tokenizer.load(out / TARGET_VOCAB_FILE)
+            (target,) = _learn_vocabularies(out, wanted, verbose, write=_is_chief(config)).values()
             source, builder, sizes = target, build_decoder_only, (target.vocab_size,)
             # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
             tie = config.tie_embeddings or config.shared_vocab
@@ -435,10 +494,9 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
         model, schedule = _build(strategy, model_config, builder, sizes, steps_per_epoch, weights)
         # model.keras, the best weights, and the backup with Adam's two moments (twice while replacing it).
         require_space(out, 8 * 4 * model.count_params(), "training this model")
-        shuffle = dict(seed=config.seed, shuffle_buffer=config.shuffle_buffer)
-        train = make_dataset(pairs, source, target, repeat=True, **shuffle, **batches)
-        if not translator:
-            train = train.map(lambda inputs, labels: (inputs[1], labels))  # the decoder side only
+        train = _training_data(pairs, source, target, config, translator)
+        if config.strategy != "multiworker":
+            train = train(tf.distribute.InputContext())  # the one share: all of it
         valid, keeper = None, None
         if valid_pairs:
             valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches)
