@@ -101,21 +101,7 @@ def free_ports(count):
 
 def run_two_workers(tmp_path, code):
     """Runs `code` as the two workers of a local cluster; returns what each printed last, as JSON."""
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    processes = []
-    for index in range(2):
-        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-        env = dict(os.environ, TF_CONFIG=tf_config, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, "-c", code],
-                cwd=tmp_path,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+    processes = start_two_workers([sys.executable, "-c", code], tmp_path)
     results = []
     for process in processes:
         stdout, stderr = process.communicate(timeout=300)
