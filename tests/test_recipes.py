@@ -261,7 +261,7 @@ def test_init_from_needs_a_trained_translator(tmp_path, capsys):
         (["--ema", "1.5"], "--ema is a decay between 0 and 1"),
         (["--batch-tokens", "0"], "--batch-tokens must be"),
         (["--average", "1"], "--average is a number of checkpoints, 2 or more"),
-        (["--average", "5", "--strategy", "multiworker"], "--average needs the per-epoch validation"),
+        (["--average", "5", "--strategy", "multiworker"], "--average is not run by the multiworker strategy"),
         (["--epochs", "0"], "--epochs must be a positive integer, not 0."),
         (["--steps-per-epoch", "0"], "--steps-per-epoch must be a positive integer, not 0."),
         (["--minutes", "-1"], "--minutes must be a positive number, not -1.0."),
