@@ -8,7 +8,7 @@ from conftest import VOCAB, copy_task_model, run_fresh_python, to_numpy
 
 from kformer import Translator, build_transformer
 from kformer.data.text import END_ID, START_ID
-from kformer.inference.decoding import _step_function, _top_logits, beam_search, decode, greedy_search
+from kformer.inference.decoding import GROW, _step_function, _top_logits, beam_search, decode, greedy_search
 from kformer.layers import make_padding_mask
 
 
@@ -58,6 +58,32 @@ def assert_steps_equal_the_full_decoder(model, buffer_length, seed=1):
 def test_cached_step_logits_equal_the_full_decoder(random_model):
     """A cache of exactly the 7 positions decoded."""
     assert_steps_equal_the_full_decoder(random_model, buffer_length=7)
+
+
+def test_buffers_of_a_length_known_at_run_time_grow_as_written(random_model):
+    """The graph loop's buffers: GROW positions at first, a chunk more when full, not the whole limit at once."""
+    encoder, decoder = random_model.get_layer("encoder"), random_model.get_layer("decoder")
+    source, steps = random_tokens(2, 5), GROW + 4
+    generated = np.random.default_rng(3).integers(4, len(VOCAB), size=(2, steps))
+    target = tf.constant(np.concatenate([np.full((2, 1), START_ID), generated], 1).astype("int32"))
+    mask = make_padding_mask(source)
+    context = encoder(source)
+    full = to_numpy(decoder(target, context=context, context_padding_mask=mask))
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
+    def run(length):  # the limit is a tensor, as in the graph loop
+        step, cache = _step_function(decoder, context, mask, 1, use_cache=True, rows=2, length=length)
+        assert cache[0][0].shape[2] is None
+        logits, lengths = [], []
+        for t in range(steps):
+            out, cache = step(target, tf.constant(t), cache)
+            logits.append(out)
+            lengths.append(tf.shape(cache[0][0])[2])
+        return tf.stack(logits, 1), tf.stack(lengths)
+
+    logits, lengths = run(tf.constant(100))
+    np.testing.assert_array_equal(to_numpy(lengths), [GROW] * GROW + [2 * GROW] * 4)
+    np.testing.assert_allclose(to_numpy(logits), full[:, :steps], atol=1e-4)
 
 
 def test_beam_of_one_is_greedy(random_model):
@@ -206,7 +232,7 @@ def test_translator_saves_as_a_savedmodel_signature(trained, tmp_path):
 
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
 def test_xla_loop_over_fixed_buffers_gives_the_plain_loops_tokens(random_model, trained, beam_size):
-    """Two implementations: growing caches in a graph loop, fixed buffers compiled by XLA (batch-padded, bucketed)."""
+    """Two implementations: caches growing in a graph loop, fixed ones compiled by XLA (batch-padded, bucketed)."""
     for model in (trained.model, random_model):
         wrapped = trained.__class__(model, trained.source_tokenizer, trained.target_tokenizer, trained.config)
         plain = Translator(wrapped, beam_size=beam_size, xla=False)

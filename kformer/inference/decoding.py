@@ -8,8 +8,9 @@ step re-runs the decoder over the whole prefix. Here:
 - the encoder runs once per source, and each decoder layer's cross-attention
   keys and values are computed from it once;
 - each decoder layer keeps a cache of its self-attention keys and values,
-  a fixed-size buffer that every step writes its position into, so a step
-  computes only the newest position (`use_cache=True`);
+  a buffer that every step writes its position into, so a step computes
+  only the newest position (`use_cache=True`): of fixed size under XLA, and
+  grown a few positions at a time in the plain graph loop;
 - beam search keeps one copy of the source per sentence: a sentence's beams
   are extra queries of its cross-attention, not extra copies of its source;
   the caches' beam bookkeeping (repeating, reordering) is all in this module;
@@ -30,6 +31,7 @@ from kformer.data.text import END_ID, PAD_ID, START_ID
 from kformer.layers import make_padding_mask
 
 _NEG_INF = -1e9
+GROW = 8  # positions a cache of dynamic length grows by (see `_step_function`)
 
 
 def _write_column(tokens, column, values):
@@ -43,17 +45,27 @@ def _step_function(decoder, context, source_padding_mask, beam_size, use_cache, 
 
     `context` and `source_padding_mask` have one row per sentence; the step
     takes `rows` rows of tokens, `beam_size` per sentence (sentence-major).
-    A decoder-only model has no context: pass None for both. The cache holds
-    `length` positions (a Python int under XLA), at least the steps to run.
+    A decoder-only model has no context: pass None for both. `length` is at
+    least the steps to run: a length known when tracing (a Python int, XLA)
+    gives caches of that many positions; one known only at run time (the
+    graph loop) gives caches that start `GROW` positions long and grow by
+    `GROW` when full, since TensorFlow's graph executor copies a cache at
+    every write and beam search gathers it whole at every step: they cost
+    about what was decoded, not what might be.
     """
     if use_cache:
         context_cache = None if context is None else decoder.context_cache(context)
+        growing = tf.get_static_value(length) is None
 
         def cached_step(tokens, t, cache):
+            if growing:
+                full = tf.shape(cache[0][0])[2] <= t
+                more = [[0, 0], [0, 0], [0, tf.where(full, GROW, 0)], [0, 0]]
+                cache = tf.nest.map_structure(lambda x: tf.pad(x, more), cache)  # a padding of 0 copies nothing
             token = tf.gather(tokens, tf.reshape(t, [1]), axis=1)  # (rows, 1): the token at position t
             return decoder.decode_step(token, t, cache, context_cache, source_padding_mask)
 
-        return cached_step, decoder.empty_cache(rows, length)
+        return cached_step, decoder.empty_cache(rows, tf.minimum(length, GROW) if growing else length)
 
     if beam_size > 1:
         context, source_padding_mask = (tf.repeat(x, beam_size, axis=0) for x in (context, source_padding_mask))

@@ -113,16 +113,14 @@ class MultiHeadAttentionBase(keras.layers.Layer):
                 decoding): `context` is then not read, and the cache may hold
                 one row for every n rows of `x` (a sentence's beams,
                 sentence-major), which attend together as n times T queries;
-                or, with `cache_index`, fixed-size buffers `(B, H, L, K)` that
-                the keys and values of `x` are written into at positions
-                `cache_index` onwards, each query seeing the buffer up to its
-                own position. A buffer of static length (what XLA compiles)
-                is read whole, masked; one of dynamic length only up to the
-                newest position, so early steps attend over few keys.
+                or, with `cache_index`, buffers `(B, H, L, K)` that the keys
+                and values of `x` are written into at positions `cache_index`
+                onwards, read whole, each query masked to the
+                positions up to its own.
 
         Returns:
-            `(output (B, T, D), weights (B, H, T, keys), cache)`: keys are S, L, or
-            the positions written so far (a buffer of dynamic length).
+            `(output (B, T, D), weights (B, H, T, keys), cache)`: keys are S, or L
+            (the buffer's length after the write).
         """
         check_float("x", x)
         if cache is not None and cache_index is None:
@@ -143,9 +141,6 @@ class MultiHeadAttentionBase(keras.layers.Layer):
             (query,), (key, value) = self.project(x, "query"), self.project(context, "key", "value", fused=fused)
         if cache is not None:
             key, value = cache = (_write(cache[0], cache_index, key), _write(cache[1], cache_index, value))
-            if key.shape[2] is None:  # a buffer of dynamic length (not XLA): read only the positions written
-                written = cache_index + ops.shape(x)[1]
-                key, value = key[:, :, :written], value[:, :, :written]
             attention_mask = make_causal_mask(ops.shape(x)[1], ops.shape(key)[2], start=cache_index)  # (1, T, L)
         return (*self._mix(query, key, value, attention_mask, training), cache)
 
