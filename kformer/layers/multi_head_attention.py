@@ -115,8 +115,8 @@ class MultiHeadAttentionBase(keras.layers.Layer):
                 sentence-major), which attend together as n times T queries;
                 or, with `cache_index`, buffers `(B, H, L, K)` that the keys
                 and values of `x` are written into at positions `cache_index`
-                onwards, read whole, each query masked to the
-                positions up to its own.
+                onwards, read whole, each query masked to the positions up to
+                its own.
 
         Returns:
             `(output (B, T, D), weights (B, H, T, keys), cache)`: keys are S, or L
