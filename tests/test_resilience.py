@@ -357,6 +357,52 @@ def test_a_disk_that_fills_while_saving_leaves_a_resumable_run_not_a_finished_on
     assert saved_state(out)["epoch"] == 1  # the run is still there to finish once there is room
 
 
+@pytest.mark.slow
+def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_on(tmp_path, monkeypatch):
+    """Ctrl-C as the first of two epochs ends, then the same job again: the resumed run reads past the batches
+    it trained on, so its second epoch is the uninterrupted run's, loss for loss and weight for weight (read
+    from the start again, it would train on the first epoch's batches twice)."""
+    import keras
+
+    from kformer.data.corpus import builtin_splits
+    from kformer.training import jobs
+    from kformer.training.callbacks import TrainingInterrupted
+
+    splits = builtin_splits()
+    config = TrainingConfig(
+        d_model=32,
+        num_heads=2,
+        num_layers=1,
+        d_ff=64,
+        source_vocab_size=300,
+        target_vocab_size=300,
+        warmup_steps=100,
+        epochs=2,
+        steps_per_epoch=10,
+        backup_steps=1000,
+        seed=3,
+        dropout=0.0,
+    )  # fmt: skip  (no dropout: a resumed run draws other masks, which is not what is tested here)
+
+    class CtrlC(keras.callbacks.Callback):  # runs before the backup's own epoch end, which sees the signal
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 0:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    clean = jobs.train_translator(splits, tmp_path / "clean", config, verbose=0).model
+    out = tmp_path / "resumed"
+    with monkeypatch.context() as patch:
+        callbacks = jobs._callbacks
+        patch.setattr(jobs, "_callbacks", lambda *args: [CtrlC(), *callbacks(*args)])
+        with pytest.raises(TrainingInterrupted):
+            jobs.train_translator(splits, out, config, verbose=0)
+    assert saved_state(out)["step"] == 10
+    resumed = jobs.train_translator(splits, out, config, verbose=0).model
+    assert int(resumed.optimizer.iterations.numpy()) == 20
+    assert [row["loss"] for row in history(out)] == [row["loss"] for row in history(tmp_path / "clean")]
+    assert all(np.array_equal(a, b) for a, b in zip(clean.get_weights(), resumed.get_weights(), strict=True))
+
+
 def test_a_resumed_minutes_run_counts_the_time_spent_before_the_restart(tmp_path, monkeypatch):
     """--minutes budgets the whole run: resumed with its minute already spent, it stops after one step.
 
