@@ -1,5 +1,6 @@
 """tf.distribute: two logical CPU devices, and two local worker processes."""
 
+import csv
 import json
 import os
 import socket
@@ -198,3 +199,13 @@ def test_two_workers_killed_mid_run_resume_to_the_run_that_was_not_killed(tmp_pa
         np.concatenate([w.ravel() for w in trained.model.get_weights()]) for trained in (whole, resumed)
     )
     assert np.linalg.norm(resumed_weights - whole_weights) < 1e-4 * np.linalg.norm(whole_weights)
+    # The chief kept the record a single process keeps: an epoch a line (validated, once each across the
+    # restart), the learning curves, and the last epoch's metrics in the result.
+    for directory, trained in ((tmp_path / "whole", whole), (out, resumed)):
+        with open(directory / "training" / "history.csv") as file:
+            rows = list(csv.DictReader(file))
+        assert [row["epoch"] for row in rows] == ["0", "1", "2", "3"]
+        assert all(0 < float(row["val_chrf"]) < 100 for row in rows)
+        assert (directory / "learning_curves.png").stat().st_size > 10_000
+        result = trained.config["result"]
+        assert result["epochs_run"] == 4 and result["val_chrf"] == round(float(rows[-1]["val_chrf"]), 4), result

@@ -1,5 +1,6 @@
 """Pictures: the attention maps behind the heatmaps, and the learning curves."""
 
+import matplotlib.image
 import numpy as np
 from conftest import run_fresh_python
 
@@ -39,6 +40,9 @@ def test_learning_curves_are_a_png(tmp_path):
     history = {"loss": [3.0, 2.0, 1.5], "val_loss": [2.8, 2.1, 1.9], "accuracy": [0.2, 0.5, 0.6]}
     learning_curves(history, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert matplotlib.image.imread(tmp_path / "curves.png").shape[:2] == (400, 1000)  # loss and accuracy
+    learning_curves({"loss": [3.0, 2.0]}, tmp_path / "loss.png")  # the multi-worker loop records no accuracy
+    assert matplotlib.image.imread(tmp_path / "loss.png").shape[:2] == (400, 500)  # so loss alone, no empty panel
 
 
 def test_importing_kformer_leaves_the_matplotlib_backend_alone(tmp_path):

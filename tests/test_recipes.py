@@ -249,6 +249,27 @@ def test_only_the_chief_of_a_cluster_holds_and_writes_the_model_directory(monkey
     assert _is_chief(TrainingConfig()) is True  # one process: it writes
 
 
+@pytest.mark.parametrize("task, writes", [(0, True), (1, False)])
+def test_fine_tuning_copies_the_vocabularies_into_out_on_the_chief_only(tmp_path, monkeypatch, task, writes):
+    """--init-from under multiworker: each worker starts from the base model and its tokenizers; only the chief
+    (worker 0) writes --out, which the other workers share."""
+    from kformer import TrainedModel
+    from kformer.training.jobs import _starting_point
+
+    copy = copy_task_model()
+    architecture = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, norm_first=False, tie_embeddings=False)
+    recorded = {"kind": "translator", "max_length": 12, "training": architecture}
+    TrainedModel(copy.model, copy.source_tokenizer, copy.target_tokenizer, recorded).save(tmp_path / "base")
+    cluster = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": task}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
+    out = tmp_path / "out"
+    out.mkdir()
+    base, config = _starting_point(TrainingConfig(init_from=str(tmp_path / "base"), strategy="multiworker"), out)
+    assert base.source_tokenizer.vocabulary == base.target_tokenizer.vocabulary == VOCAB
+    assert (config.d_model, config.num_heads, config.source_vocab_size) == (32, 4, len(VOCAB))
+    assert sorted(path.name for path in out.iterdir()) == (["source_vocab.txt", "target_vocab.txt"] if writes else [])
+
+
 def test_init_from_needs_a_trained_translator(tmp_path, capsys):
     argv = train_command(tmp_path / "out", "--init-from", str(tmp_path / "missing"), "--epochs", "1")[3:]
     assert main(argv) == 2

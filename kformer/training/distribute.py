@@ -64,13 +64,15 @@ def fit_across_workers(
             stops every worker after the same step, with the copy saved, and
             raises `TrainingInterrupted` on each.
         chief: whether this worker writes the backup and runs `callbacks`.
-        callbacks: Keras callbacks whose `on_epoch_end` runs on the chief
-            every `log_every` steps (the others wait at the next step's
-            all-reduce), and `on_train_end` at the end; such as the keeper
-            of the best validation translations.
+        callbacks: Keras callbacks run on the chief: `on_train_begin`,
+            `on_epoch_end` every `log_every` steps and when the budget ends
+            the run (the others wait at the next step's all-reduce), and
+            `on_train_end`; such as the keeper of the best validation
+            translations, then a CSVLogger (which logs what the keeper added).
 
     Returns:
-        {"loss": [mean loss of each logged span], "steps": steps run}.
+        {"loss": [mean loss of each logged span], "steps": steps run,
+        "first_step_seconds": how long the first step took}.
     """
     done, spent = 0, 0.0
     if backup is not None:  # restored already, if there was a run to resume
@@ -97,7 +99,9 @@ def fit_across_workers(
     callbacks = list(callbacks) if chief else []
     for callback in callbacks:
         callback.set_model(model)
-    started, losses, span, step = None, [], [], done
+        callback.on_train_begin()
+    began, started, first_step = time.perf_counter(), None, None
+    losses, span, step = [], [], done
     guard = backup.guard_interrupts() if backup is not None else contextlib.nullcontext()
     with guard:
         for step in range(done + 1, steps + 1):
@@ -106,14 +110,16 @@ def fit_across_workers(
             loss, elapsed, stop_told = train_step(next(iterator), tf.constant([clock, told], tf.float32)).numpy()
             if started is None:  # the clock starts when the first step (tracing, the first batches) ends
                 started = time.perf_counter()
+                first_step = started - began
             span.append(float(loss))
             stop = budget is not None and budget.step_done(int(model.optimizer.iterations.numpy()), float(elapsed))
-            if step % log_every == 0 or step == steps or stop or stop_told:
+            epoch_ends = step % log_every == 0 or step == steps or stop  # as fit ends an epoch the budget cut short
+            if epoch_ends or stop_told:
                 losses.append(sum(span) / len(span))
                 span, logs = [], {"loss": losses[-1]}
-                if step % log_every == 0:
+                if epoch_ends:
                     for callback in callbacks:
-                        callback.on_epoch_end(step // log_every - 1, logs)
+                        callback.on_epoch_end((step - 1) // log_every, logs)
                 if verbose:
                     shown = " - ".join(f"{name} {value:.4f}" for name, value in logs.items())
                     print(f"step {step}/{steps} - {shown}", flush=True)
@@ -125,4 +131,4 @@ def fit_across_workers(
                 break
     for callback in callbacks:
         callback.on_train_end()
-    return {"loss": losses, "steps": step}
+    return {"loss": losses, "steps": step, "first_step_seconds": first_step}

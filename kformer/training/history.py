@@ -13,17 +13,17 @@ from matplotlib.ticker import MaxNLocator
 
 from kformer.model_dir import write_atomically
 
+PANELS = [("loss", "loss (label-smoothed)"), ("accuracy", "token accuracy")]
+
 
 def learning_curves(history, path):
-    """Saves loss and token accuracy per epoch, training against validation, as a PNG."""
-    figure = Figure(figsize=(10, 4))
-    loss_axis, accuracy_axis = figure.subplots(1, 2)
-    for axis, metric, label in [
-        (loss_axis, "loss", "loss (label-smoothed)"),
-        (accuracy_axis, "accuracy", "token accuracy"),
-    ]:
-        epochs = range(1, len(history.get(metric, [])) + 1)
-        axis.plot(epochs, history.get(metric, []), marker="o", label="train")
+    """Saves loss and token accuracy per epoch, training against validation, as a PNG (a panel for each one
+    recorded: the multi-worker loop records no accuracy)."""
+    panels = [(name, title) for name, title in PANELS if name in history]
+    figure = Figure(figsize=(5 * len(panels), 4))
+    for axis, (metric, label) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
+        epochs = range(1, len(history[metric]) + 1)
+        axis.plot(epochs, history[metric], marker="o", label="train")
         if f"val_{metric}" in history:
             axis.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
         axis.set_xlabel("epoch")

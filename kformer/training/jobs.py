@@ -198,7 +198,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             "was started with, or choose another --out."
         ) from None
     if config.strategy == "multiworker":
-        return _fit_across_workers(model, schedule, train, steps_per_epoch, config, verbose, backup, keeper)
+        return _fit_across_workers(model, schedule, train, steps_per_epoch, out, config, verbose, backup, keeper)
     if backup.restored_step is not None:
         if isinstance(schedule, BudgetSchedule) and not config.minutes:
             # Keras reruns the interrupted epoch whole: the schedule ends where this run will, not at
@@ -234,40 +234,30 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             verbose=0 if budget_only else verbose,
         )
     seconds = time.perf_counter() - started
-    steps = int(model.optimizer.iterations.numpy())
     epochs = history.history if backup.restored_step is None else whole_history(out / "training" / "history.csv")
-    summary = {
-        "steps": steps,
-        "seconds": round(seconds, 1),
-        "epochs_run": len(epochs.get("loss", [])),
-        "stopped_by": "time budget" if budget and budget.expired else "epochs or early stopping",
-    }
+    stopped_by = "time budget" if budget and budget.expired else "epochs or early stopping"
+    summary = _summary(model, epochs, seconds, stopped_by, config, budget, budget and budget.first_step_seconds)
     if backup.restored_step is not None:
         summary["resumed_from"] = backup.restored_step
-    if budget is not None:
-        summary["first_step_seconds"] = round(budget.first_step_seconds or 0.0, 1)
-    if budget is not None and budget.expired and steps < FEW_STEPS:
-        summary["warning"] = (
-            f"only {steps} training steps ran in {config.minutes:g} minutes (the first took "
-            f"{summary['first_step_seconds']:.0f} s): too few to learn from; give more --minutes"
-        )
-        if verbose:
-            print(f"Warning: {summary['warning']}.", flush=True)
     if average is not None and average.chrf is not None:
         summary["val_chrf_average"] = average.chrf
-    if epochs.get("loss"):
-        learning_curves(epochs, out / "learning_curves.png")
-        summary.update({k: round(float(v[-1]), 4) for k, v in epochs.items()})
+    _report(summary, epochs, out, verbose)
     return history, summary
 
 
-def _fit_across_workers(model, schedule, datasets, steps_per_epoch, config, verbose, backup, keeper):
-    """`fit_across_workers`, resumed from `backup` (restored) and writing it on the chief, where the `keeper`
-    translates the validation pairs at each epoch's end."""
-    if keeper is not None and backup.restored_step is not None:
-        keeper.resume()
-    if verbose and backup.restored_step is not None:
-        print(f"Resuming the interrupted run in {backup.directory}: step {backup.restored_step:,}.", flush=True)
+def _fit_across_workers(model, schedule, datasets, steps_per_epoch, out, config, verbose, backup, keeper):
+    """`fit_across_workers`, resumed from `backup` (restored) and writing it, with history.csv, on the chief,
+    where the `keeper` translates the validation pairs at each epoch's end."""
+    chief, history_csv = _is_chief(config), out / "training" / "history.csv"
+    if chief:
+        history_csv.parent.mkdir(parents=True, exist_ok=True)  # for the CSVLogger (fit's TensorBoard makes it)
+    if backup.restored_step is not None:
+        if keeper is not None:
+            keeper.resume()
+        if chief:
+            forget_epochs(history_csv, backup.epoch)  # they run again
+        if verbose:
+            print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}.", flush=True)
     started = time.perf_counter()
     steps = steps_per_epoch * _epochs(config)
     budget = TimeBudget(config.minutes, backup.seconds, schedule) if config.minutes else None
@@ -278,22 +268,46 @@ def _fit_across_workers(model, schedule, datasets, steps_per_epoch, config, verb
         model.distribute_strategy,
         budget,
         backup,
-        chief=_is_chief(config),
-        callbacks=[keeper] if keeper is not None else [],
+        chief=chief,
+        callbacks=([keeper] if keeper is not None else []) + [keras.callbacks.CSVLogger(str(history_csv), append=True)],
         log_every=steps_per_epoch,
         verbose=verbose,
     )
-    summary = {
-        "steps": history["steps"],
-        "seconds": round(time.perf_counter() - started, 1),
-        "epochs_run": len(history["loss"]),
-        "stopped_by": "multi-worker loop",
-    }
-    if history["loss"]:  # none when it was killed after its last step's backup
-        summary["loss"] = round(history["loss"][-1], 4)
+    # The chief's record covers the epochs before a restart too; the other workers know their own spans.
+    epochs = whole_history(history_csv) if chief and history_csv.is_file() else {"loss": history["loss"]}
+    seconds, stopped_by = time.perf_counter() - started, "time budget" if budget and budget.expired else "epochs"
+    summary = _summary(model, epochs, seconds, stopped_by, config, budget, history["first_step_seconds"])
     if backup.restored_step is not None:
         summary["resumed_from"] = backup.restored_step
+    _report(summary, epochs, out if chief else None, verbose)
     return history, summary
+
+
+def _summary(model, epochs, seconds, stopped_by, config, budget, first_step_seconds):
+    """The run's result for config.json: steps, time, epochs, why it stopped, and the last epoch's metrics."""
+    summary = {
+        "steps": int(model.optimizer.iterations.numpy()),
+        "seconds": round(seconds, 1),
+        "epochs_run": len(epochs.get("loss", [])),
+        "stopped_by": stopped_by,
+    }
+    if budget is not None:
+        summary["first_step_seconds"] = round(first_step_seconds or 0.0, 1)
+    if budget is not None and budget.expired and summary["steps"] < FEW_STEPS:
+        summary["warning"] = (
+            f"only {summary['steps']} training steps ran in {config.minutes:g} minutes (the first took "
+            f"{summary['first_step_seconds']:.0f} s): too few to learn from; give more --minutes"
+        )
+    summary.update({name: round(float(values[-1]), 4) for name, values in epochs.items() if values})
+    return summary
+
+
+def _report(summary, epochs, out, verbose):
+    """Prints the summary's warning, and draws the learning curves into `out` (None: this worker writes nothing)."""
+    if verbose and "warning" in summary:
+        print(f"Warning: {summary['warning']}.", flush=True)
+    if out is not None and epochs.get("loss"):
+        learning_curves(epochs, out / "learning_curves.png")
 
 
 def _training_data(pairs, source, target, config, translator):
@@ -387,8 +401,8 @@ def _with_defaults(saved):
 def _starting_point(config, out):
     """For --init-from: the trained translator to start from, with `config` taking its architecture.
 
-    Its vocabularies are copied into `out`, so the new run tokenizes as the
-    old one did (words it never saw fall to WordPiece pieces or [UNK]).
+    The new run tokenizes as the old one did (words it never saw fall to
+    WordPiece pieces or [UNK]); the chief copies its vocabularies into `out`.
 
     Returns:
         (the `TrainedModel` or None, the config to train with).
@@ -411,7 +425,7 @@ def _starting_point(config, out):
         target_vocab_size=base.target_tokenizer.vocab_size,
     )
     for name, tokenizer in ((SOURCE_VOCAB_FILE, base.source_tokenizer), (TARGET_VOCAB_FILE, base.target_tokenizer)):
-        if not (out / name).is_file():
+        if _is_chief(config) and not (out / name).is_file():  # the chief writes `out`; the others read --init-from
             write_atomically(out / name, tokenizer.save)
     return base, config
 
@@ -478,7 +492,10 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
     translator = kind == "translator"
     with _training_setup(config) as (strategy, policy):
         if translator:
-            source, target = _vocabularies(out, pairs, config, verbose, write=_is_chief(config))
+            if base is not None:  # fine-tuning tokenizes as the model it starts from did
+                source, target = base.source_tokenizer, base.target_tokenizer
+            else:
+                source, target = _vocabularies(out, pairs, config, verbose, write=_is_chief(config))
             builder, sizes, model_config = build_transformer, (source.vocab_size, target.vocab_size), config
         else:
             lines = [line for _, line in pairs[: config.vocab_sample]]
