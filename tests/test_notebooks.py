@@ -37,9 +37,10 @@ def test_chapter_builds_its_pieces_inline_and_asserts_them_against_kformer(name)
     assert "kformer." in checks
 
 
-@pytest.mark.parametrize("name", BUILT_INLINE)
-def test_chapter_ends_with_exercises_whose_solutions_are_asserted(name):
-    notebook = nbformat.read(NOTEBOOKS[0].parent / f"{name}.ipynb", as_version=4)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_chapter_ends_with_exercises_whose_solutions_are_asserted(path):
+    name = path.stem
+    notebook = nbformat.read(path, as_version=4)
     sources = [(cell.cell_type, cell.source) for cell in notebook.cells]
     start = next(i for i, (kind, source) in enumerate(sources) if kind == "markdown" and "## Exercises" in source)
     after = sources[start:]
