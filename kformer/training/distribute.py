@@ -1,4 +1,19 @@
-"""Strategies by name, and the training loop for the one strategy model.fit cannot drive."""
+"""Strategies by name, and the training loop for the one strategy model.fit cannot drive.
+
+model.fit in Keras 3.15 cannot drive MultiWorkerMirroredStrategy (its
+first-batch build and metric reduction fail: keras-team/keras#20585), so
+`fit_across_workers` is the plain distributed loop fit would run: each
+worker's replica computes the loss (already divided by the replica count)
+and its gradients, the optimizer all-reduces them, and the summed loss is
+the global mean.
+
+Every worker must stop at the same step (a worker still waiting on an
+all-reduce that the others left fails), so each step all-reduces, with the
+loss, the workers' clocks (all of them go by the mean: under a budget each
+sets its budget schedule's end to the same step, or their weights would
+drift apart) and whether any of them was told to stop. As under
+`TimeBudget`, the clocks start when the first step ends.
+"""
 
 import contextlib
 import time
@@ -32,25 +47,12 @@ def make_strategy(name="default"):
 def fit_across_workers(
     model, datasets, steps, strategy, budget=None, backup=None, chief=True, callbacks=(), log_every=100, verbose=1
 ):
-    """Trains a compiled model for `steps` batches under MultiWorkerMirroredStrategy.
-
-    model.fit in Keras 3.15 cannot drive this strategy (its first-batch build
-    and metric reduction fail: keras-team/keras#20585), so this is the plain
-    distributed loop fit would run: each worker's replica computes the loss
-    (already divided by the replica count) and its gradients, the optimizer
-    all-reduces them, and the summed loss is the global mean.
+    """Trains a compiled model for `steps` batches under MultiWorkerMirroredStrategy (see the module docstring).
 
     Each worker reads its own share of the data: `datasets(input_context)`
     runs on every worker and makes the batches of that worker's share
     (`input_context.input_pipeline_id` of `num_input_pipelines`), each of
     `input_context.get_per_replica_batch_size(global batch)` sequences.
-
-    Every worker must stop at the same step (a worker still waiting on an
-    all-reduce that the others left fails), so each step all-reduces, with
-    the loss, the workers' clocks (all of them go by the mean: under a
-    budget each sets its budget schedule's end to the same step, or their
-    weights would drift apart) and whether any of them was told to stop.
-    As under `TimeBudget`, the clocks start when the first step ends.
 
     Args:
         budget: a `TimeBudget`, or None.
@@ -83,19 +85,7 @@ def fit_across_workers(
     def resumed(context):  # each of a worker's replicas took a batch of its share a step
         return datasets(context).skip(done * context.num_replicas_in_sync // context.num_input_pipelines)
 
-    distributed = strategy.distribute_datasets_from_function(resumed)
-    iterator = iter(distributed)
-
-    @tf.function
-    def train_step(batch, signals):  # signals: [seconds since the start, 1.0 if told to stop]
-        def replica_step(inputs, labels):
-            with tf.GradientTape() as tape:
-                loss = model.loss(labels, model(inputs, training=True))
-            model.optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
-            return tf.concat([[loss], signals / strategy.num_replicas_in_sync], axis=0)
-
-        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)  # [loss, means of signals]
-
+    iterator, train_step = iter(strategy.distribute_datasets_from_function(resumed)), _train_step(model, strategy)
     callbacks = list(callbacks) if chief else []
     for callback in callbacks:
         callback.set_model(model)
@@ -115,14 +105,8 @@ def fit_across_workers(
             stop = budget is not None and budget.step_done(int(model.optimizer.iterations.numpy()), float(elapsed))
             epoch_ends = step % log_every == 0 or step == steps or stop  # as fit ends an epoch the budget cut short
             if epoch_ends or stop_told:
-                losses.append(sum(span) / len(span))
-                span, logs = [], {"loss": losses[-1]}
-                if epoch_ends:
-                    for callback in callbacks:
-                        callback.on_epoch_end((step - 1) // log_every, logs)
-                if verbose:
-                    shown = " - ".join(f"{name} {value:.4f}" for name, value in logs.items())
-                    print(f"step {step}/{steps} - {shown}", flush=True)
+                losses.append(_end_span(span, step, steps, log_every, callbacks if epoch_ends else [], verbose))
+                span = []
             if backup is not None and chief and (step % backup.every_steps == 0 or step % log_every == 0 or stop_told):
                 backup.save(step // log_every)
             if stop_told:
@@ -132,3 +116,33 @@ def fit_across_workers(
     for callback in callbacks:
         callback.on_train_end()
     return {"loss": losses, "steps": step, "first_step_seconds": first_step}
+
+
+def _end_span(losses, step, steps, log_every, callbacks, verbose):
+    """The mean of a span's `losses`, shown, and given to the `callbacks`' `on_epoch_end` (those of an epoch's end)."""
+    logs = {"loss": sum(losses) / len(losses)}
+    for callback in callbacks:
+        callback.on_epoch_end((step - 1) // log_every, logs)
+    if verbose:
+        shown = " - ".join(f"{name} {value:.4f}" for name, value in logs.items())
+        print(f"step {step}/{steps} - {shown}", flush=True)
+    return logs["loss"]
+
+
+def _train_step(model, strategy):
+    """`step(batch, signals) -> [the global mean loss, the workers' means of signals]`, one all-reduce.
+
+    `signals`: [this worker's seconds since the start, 1.0 if it was told to stop].
+    """
+
+    @tf.function
+    def train_step(batch, signals):
+        def replica_step(inputs, labels):
+            with tf.GradientTape() as tape:
+                loss = model.loss(labels, model(inputs, training=True))
+            model.optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+            return tf.concat([[loss], signals / strategy.num_replicas_in_sync], axis=0)
+
+        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)
+
+    return train_step

@@ -217,9 +217,8 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
                 flush=True,
             )
     budget_only = config.minutes and not config.epochs  # epochs mean little: the budget shows the time left instead
-    budget = None
-    if config.minutes:
-        budget = TimeBudget(config.minutes, backup.seconds, schedule, verbose=verbose if budget_only else 0)
+    shown = verbose if budget_only else 0
+    budget = TimeBudget(config.minutes, backup.seconds, schedule, verbose=shown) if config.minutes else None
     average = CheckpointAverage(config.average, config.backup_steps, keeper) if config.average else None
     started = time.perf_counter()
     with backup.guard_interrupts():
