@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -179,17 +180,34 @@ def test_two_workers_killed_mid_run_resume_to_the_run_that_was_not_killed(tmp_pa
 
     out = tmp_path / "killed"
     state = out / "training" / "backup" / "state.json"
-    workers = start_two_workers(command(out), tmp_path)
-    while not (state.exists() and json.loads(state.read_text())["step"] >= 30):
-        assert all(worker.poll() is None for worker in workers), workers[0].stderr.read()[-3000:]
-        time.sleep(0.05)
+
+    def run_until_a_backup_reaches(step):
+        workers = start_two_workers(command(out), tmp_path)
+        while not (state.exists() and json.loads(state.read_text())["step"] >= step):
+            assert all(worker.poll() is None for worker in workers), workers[0].stderr.read()[-3000:]
+            time.sleep(0.05)
+        return workers
+
+    # SIGTERM (a scheduler's preemption) to the worker that is not the chief: both stop after the same step,
+    # exit 130, and the chief saves that step, past its last periodic backup.
+    workers = run_until_a_backup_reaches(10)
+    before = json.loads(state.read_text())["step"]
+    workers[1].send_signal(signal.SIGTERM)
+    stderrs = [worker.communicate(timeout=120)[1] for worker in workers]
+    for worker, stderr in zip(workers, stderrs, strict=True):
+        assert worker.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    stopped_at = json.loads(state.read_text())["step"]
+    assert before < stopped_at < 160 and f"interrupted at step {stopped_at:,};" in stderrs[0], (before, stderrs[0])
+
+    # SIGKILL, after the resumed run's next backups: no chance to save; the last backup must do.
+    workers = run_until_a_backup_reaches(max(30, stopped_at + 10))
     workers[1].kill()
     workers[0].kill()
     for worker in workers:
         worker.communicate()
     assert not (out / "config.json").exists()
     killed_at = json.loads(state.read_text())["step"]
-    assert 30 <= killed_at < 160
+    assert max(30, stopped_at + 10) <= killed_at < 160
 
     finish_all(start_two_workers(command(out), tmp_path))
     whole, resumed = load(tmp_path / "whole"), load(out)
