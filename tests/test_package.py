@@ -50,6 +50,21 @@ def test_model_directories_saved_by_release_0_1_0_translate_and_generate_as_they
     assert generator.generate(["el gato", "la"]) == golden["lm"]
 
 
+def test_import_kformer_loads_what_registers_and_leaves_the_rest_and_the_callers_policy_alone(tmp_path):
+    code = """
+    import sys
+    import keras
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")  # the caller's choice, made first
+    import kformer
+    later = ["kformer.inference", "kformer.deploy", "kformer.training.jobs", "kformer.cli", "kformer.model_dir"]
+    print(sorted(name for name in later if name in sys.modules))
+    print(keras.mixed_precision.global_policy().name)
+    kformer.Translator  # first use
+    print("kformer.inference.translator" in sys.modules)
+    """
+    assert run_fresh_python(code, tmp_path).split() == ["[]", "mixed_bfloat16", "True"]
+
+
 def test_kformer_help_answers_without_loading_tensorflow():
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "kformer", "--help"], capture_output=True, text=True, cwd=REPO

@@ -115,6 +115,7 @@ def test_interrupted_then_killed_then_resumed_ends_as_good_as_a_clean_run(clean_
     # The record covers the whole run, epochs before the restarts included.
     assert result["epochs_run"] == EPOCHS
     assert result["val_chrf_kept"] == max(float(row["val_chrf"]) for row in history(out))
+    assert all(0 < float(row["val_bleu"]) <= 100 for row in history(out))  # the BLEU of the same translations
     assert not (out / "training" / "backup").exists()
 
     clean_loss = float(history(clean_run[0])[-1]["val_loss"])
