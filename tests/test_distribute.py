@@ -199,15 +199,22 @@ def test_two_workers_killed_mid_run_resume_to_the_run_that_was_not_killed(tmp_pa
     stopped_at = json.loads(state.read_text())["step"]
     assert before < stopped_at < 160 and f"interrupted at step {stopped_at:,};" in stderrs[0], (before, stderrs[0])
 
-    # SIGKILL, after the resumed run's next backups: no chance to save; the last backup must do.
-    workers = run_until_a_backup_reaches(max(30, stopped_at + 10))
+    # SIGKILL in the second epoch (the first one logged), after the resumed run's next backups: no chance to save;
+    # the last backup must do.
+    workers = run_until_a_backup_reaches(max(50, stopped_at + 10))
     workers[1].kill()
     workers[0].kill()
     for worker in workers:
         worker.communicate()
     assert not (out / "config.json").exists()
     killed_at = json.loads(state.read_text())["step"]
-    assert max(30, stopped_at + 10) <= killed_at < 160
+    assert max(50, stopped_at + 10) <= killed_at < 160
+    history_csv = out / "training" / "history.csv"
+    with open(history_csv) as file:
+        logged = list(csv.DictReader(file))
+    assert [row["epoch"] for row in logged] == [str(epoch) for epoch in range(killed_at // 40)] != []
+    with open(history_csv, "a") as file:  # as if killed after logging the epoch under way, before its backup
+        file.write(",".join([str(killed_at // 40)] + ["9.9"] * (len(logged[0]) - 1)) + "\n")
 
     finish_all(start_two_workers(command(out), tmp_path))
     whole, resumed = load(tmp_path / "whole"), load(out)
@@ -217,13 +224,13 @@ def test_two_workers_killed_mid_run_resume_to_the_run_that_was_not_killed(tmp_pa
         np.concatenate([w.ravel() for w in trained.model.get_weights()]) for trained in (whole, resumed)
     )
     assert np.linalg.norm(resumed_weights - whole_weights) < 1e-4 * np.linalg.norm(whole_weights)
-    # The chief kept the record a single process keeps: an epoch a line (validated, once each across the
-    # restart), the learning curves, and the last epoch's metrics in the result.
+    # The chief kept the record a single process keeps: an epoch a line (validated; across the restart, the
+    # line logged before it kept and the stale one dropped), the learning curves, and the last epoch's metrics.
     for directory, trained in ((tmp_path / "whole", whole), (out, resumed)):
         with open(directory / "training" / "history.csv") as file:
             rows = list(csv.DictReader(file))
         assert [row["epoch"] for row in rows] == ["0", "1", "2", "3"]
-        assert all(0 < float(row["val_chrf"]) < 100 for row in rows)
+        assert all(0 < float(row["val_chrf"]) < 100 and float(row["loss"]) != 9.9 for row in rows)
         assert (directory / "learning_curves.png").stat().st_size > 10_000
         result = trained.config["result"]
         assert result["epochs_run"] == 4 and result["val_chrf"] == round(float(rows[-1]["val_chrf"]), 4), result

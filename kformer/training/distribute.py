@@ -73,7 +73,8 @@ def fit_across_workers(
             translations, then a CSVLogger (which logs what the keeper added).
 
     Returns:
-        {"loss": [mean loss of each logged span], "steps": steps run,
+        {"loss": [mean loss of each logged span (a span a restart cut
+        short: of the steps after it)], "steps": steps run,
         "first_step_seconds": how long the first step took}.
     """
     done, spent = 0, 0.0

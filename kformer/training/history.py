@@ -20,6 +20,8 @@ def learning_curves(history, path):
     """Saves loss and token accuracy per epoch, training against validation, as a PNG (a panel for each one
     recorded: the multi-worker loop records no accuracy)."""
     panels = [(name, title) for name, title in PANELS if name in history]
+    if not panels:
+        raise ValueError(f"no loss or accuracy to draw, only {sorted(history)}.")
     figure = Figure(figsize=(5 * len(panels), 4))
     for axis, (metric, label) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         epochs = range(1, len(history[metric]) + 1)

@@ -199,6 +199,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         ) from None
     if config.strategy == "multiworker":
         return _fit_across_workers(model, schedule, train, steps_per_epoch, out, config, verbose, backup, keeper)
+    forget_epochs(out / "training" / "history.csv", initial_epoch)  # they run again (all of them in a new run)
     if backup.restored_step is not None:
         if isinstance(schedule, BudgetSchedule) and not config.minutes:
             # Keras reruns the interrupted epoch whole: the schedule ends where this run will, not at
@@ -207,7 +208,6 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             schedule.total_steps.assign(float(backup.restored_step + remaining))
         if keeper is not None:
             keeper.resume()
-        forget_epochs(out / "training" / "history.csv", initial_epoch)  # they run again
         # The data goes on where it was: the batches trained on are read and skipped, not trained on again.
         train = train.skip(backup.restored_step)
         if verbose:
@@ -250,11 +250,10 @@ def _fit_across_workers(model, schedule, datasets, steps_per_epoch, out, config,
     chief, history_csv = _is_chief(config), out / "training" / "history.csv"
     if chief:
         history_csv.parent.mkdir(parents=True, exist_ok=True)  # for the CSVLogger (fit's TensorBoard makes it)
+        forget_epochs(history_csv, backup.epoch)  # they run again (all of them in a new run: epoch 0)
     if backup.restored_step is not None:
         if keeper is not None:
             keeper.resume()
-        if chief:
-            forget_epochs(history_csv, backup.epoch)  # they run again
         if verbose:
             print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}.", flush=True)
     started = time.perf_counter()
