@@ -197,9 +197,10 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             f"{out}: holds an interrupted run of a model of another shape; resume it with the settings it "
             "was started with, or choose another --out."
         ) from None
+    if _is_chief(config):  # the epochs from initial_epoch on run again (all of them in a new run)
+        forget_epochs(out / "training" / "history.csv", initial_epoch)
     if config.strategy == "multiworker":
         return _fit_across_workers(model, schedule, train, steps_per_epoch, out, config, verbose, backup, keeper)
-    forget_epochs(out / "training" / "history.csv", initial_epoch)  # they run again (all of them in a new run)
     if backup.restored_step is not None:
         if isinstance(schedule, BudgetSchedule) and not config.minutes:
             # Keras reruns the interrupted epoch whole: the schedule ends where this run will, not at
@@ -234,8 +235,9 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         )
     seconds = time.perf_counter() - started
     epochs = history.history if backup.restored_step is None else whole_history(out / "training" / "history.csv")
-    stopped_by = "time budget" if budget and budget.expired else "epochs or early stopping"
-    summary = _summary(model, epochs, seconds, stopped_by, config, budget, budget and budget.first_step_seconds)
+    summary = _summary(
+        model, epochs, seconds, "epochs or early stopping", config, budget, budget and budget.first_step_seconds
+    )
     if backup.restored_step is not None:
         summary["resumed_from"] = backup.restored_step
     if average is not None and average.chrf is not None:
@@ -250,7 +252,6 @@ def _fit_across_workers(model, schedule, datasets, steps_per_epoch, out, config,
     chief, history_csv = _is_chief(config), out / "training" / "history.csv"
     if chief:
         history_csv.parent.mkdir(parents=True, exist_ok=True)  # for the CSVLogger (fit's TensorBoard makes it)
-        forget_epochs(history_csv, backup.epoch)  # they run again (all of them in a new run: epoch 0)
     if backup.restored_step is not None:
         if keeper is not None:
             keeper.resume()
@@ -273,21 +274,22 @@ def _fit_across_workers(model, schedule, datasets, steps_per_epoch, out, config,
     )
     # The chief's record covers the epochs before a restart too; the other workers know their own spans.
     epochs = whole_history(history_csv) if chief and history_csv.is_file() else {"loss": history["loss"]}
-    seconds, stopped_by = time.perf_counter() - started, "time budget" if budget and budget.expired else "epochs"
-    summary = _summary(model, epochs, seconds, stopped_by, config, budget, history["first_step_seconds"])
+    seconds = time.perf_counter() - started
+    summary = _summary(model, epochs, seconds, "epochs", config, budget, history["first_step_seconds"])
     if backup.restored_step is not None:
         summary["resumed_from"] = backup.restored_step
     _report(summary, epochs, out if chief else None, verbose)
     return history, summary
 
 
-def _summary(model, epochs, seconds, stopped_by, config, budget, first_step_seconds):
-    """The run's result for config.json: steps, time, epochs, why it stopped, and the last epoch's metrics."""
+def _summary(model, epochs, seconds, ended_by, config, budget, first_step_seconds):
+    """The run's result for config.json: steps, time, epochs, why it stopped (the time `budget`, or else what
+    `ended_by` names), and the last epoch's metrics."""
     summary = {
         "steps": int(model.optimizer.iterations.numpy()),
         "seconds": round(seconds, 1),
         "epochs_run": len(epochs.get("loss", [])),
-        "stopped_by": stopped_by,
+        "stopped_by": "time budget" if budget is not None and budget.expired else ended_by,
     }
     if budget is not None:
         summary["first_step_seconds"] = round(first_step_seconds or 0.0, 1)
