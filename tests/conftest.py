@@ -141,6 +141,12 @@ SMALL_RUN = [
 ]  # fmt: skip
 
 
+# The same model and schedule as TrainingConfig settings, for the tests that call the training job directly.
+SMALL_SETTINGS = dict(
+    d_model=32, num_heads=2, num_layers=1, d_ff=64, source_vocab_size=300, target_vocab_size=300, warmup_steps=100
+)
+
+
 def train_command(out, *extra):
     return [sys.executable, "-m", "kformer", "--quiet", "train", "--out", str(out), *SMALL_RUN, *extra]
 

@@ -17,7 +17,7 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import EPOCHS, REPO, STEPS_PER_EPOCH, train_command
+from conftest import EPOCHS, REPO, SMALL_SETTINGS, STEPS_PER_EPOCH, train_command
 
 from kformer.cli import main
 from kformer.model_dir import load
@@ -320,8 +320,7 @@ def test_same_seed_same_weights(tmp_path):
     from kformer.training.jobs import train_translator
 
     splits = builtin_splits()
-    config = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, source_vocab_size=300, target_vocab_size=300)
-    config.update(warmup_steps=100, epochs=1, steps_per_epoch=30, seed=3)
+    config = dict(SMALL_SETTINGS, epochs=1, steps_per_epoch=30, seed=3)
 
     def train(name, **changes):
         return train_translator(splits, tmp_path / name, TrainingConfig(**{**config, **changes}), verbose=0).model
@@ -370,20 +369,8 @@ def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_
     from kformer.training.callbacks import TrainingInterrupted
 
     splits = builtin_splits()
-    config = TrainingConfig(
-        d_model=32,
-        num_heads=2,
-        num_layers=1,
-        d_ff=64,
-        source_vocab_size=300,
-        target_vocab_size=300,
-        warmup_steps=100,
-        epochs=2,
-        steps_per_epoch=10,
-        backup_steps=1000,
-        seed=3,
-        dropout=0.0,
-    )  # fmt: skip  (no dropout: a resumed run draws other masks, which is not what is tested here)
+    # No dropout: a resumed run draws other masks, which is not what is tested here.
+    config = TrainingConfig(**SMALL_SETTINGS, epochs=2, steps_per_epoch=10, backup_steps=1000, seed=3, dropout=0.0)
 
     class CtrlC(keras.callbacks.Callback):  # runs before the backup's own epoch end, which sees the signal
         def on_epoch_end(self, epoch, logs=None):
