@@ -1,7 +1,7 @@
 """Deployment: the writer side of `kformer export` (the clients live in the top-level `export/` folder).
 
 - `export`: one writer per format, the manifest, the finished folder put in place at once.
-- `tflite_converter`: one signature to TFLite, builtin ops only, in its own process.
+- `tflite_converter`: signatures to TFLite, builtin ops only, in a process of its own.
 - `ctranslate2_spec`: the translator's weights as a CTranslate2 model spec.
 """
 

@@ -23,7 +23,7 @@ source vocabulary and no string TFLite model.
 Everything is written into a temporary directory beside EXPORT_DIR and renamed
 into place at the end, so an export that fails leaves nothing that looks complete.
 The TFLite and ONNX converters run in subprocesses (the TFLite converter leaks
-memory on every call). Each format is one writer function in `WRITERS`.
+memory on every call), one a format. Each format is one writer function in `WRITERS`.
 """
 
 import dataclasses
@@ -175,15 +175,28 @@ def _run(args, what):
         raise ExportError(f"{what} failed:\n{result.stderr[-3000:]}")
 
 
-def _tflite(saved, signature, output, quantize=None, custom_ops=False):
-    args = [sys.executable, "-m", "kformer.deploy.tflite_converter", str(saved), signature, str(output)]
-    args += (["--quantize", quantize] if quantize else []) + (["--custom-ops"] if custom_ops else [])
-    _run(args, f"TFLite conversion of {signature}")
+def _tflite(conversions):
+    """Writes each of `conversions` (dicts of `tflite_converter.convert`'s arguments and an output path)."""
+    args = [sys.executable, "-m", "kformer.deploy.tflite_converter", json.dumps(conversions, default=str)]
+    _run(args, f"TFLite conversion of {', '.join(c['signature'] for c in conversions)}")
 
 
-def _onnx(saved, signature, output):
-    args = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved), "--signature_def", signature]
-    _run(args + ["--opset", "17", "--output", str(output)], f"ONNX conversion of {signature}")
+# tf2onnx's own command, once a signature, in one process: one TensorFlow import an export, not one a file.
+_ONNX_PROGRAM = """
+import sys
+from tf2onnx import convert
+saved, *jobs = sys.argv[1:]
+for signature, output in zip(jobs[::2], jobs[1::2]):
+    sys.argv = ["tf2onnx.convert", "--saved-model", saved, "--signature_def", signature, "--opset", "17"]
+    sys.argv += ["--output", output]
+    convert.main()
+"""
+
+
+def _onnx(saved, outputs):
+    """Converts each signature of `saved` in `outputs` ({signature: output path}) to ONNX."""
+    args = [sys.executable, "-c", _ONNX_PROGRAM, str(saved)]
+    _run(args + [str(a) for item in outputs.items() for a in item], f"ONNX conversion of {', '.join(outputs)}")
 
 
 class _Job:
@@ -235,27 +248,29 @@ def _write_saved_model(job):
 
 
 def _write_tflite(job):
-    (job.staging / "tflite").mkdir()
-    ids_name = job.endpoints.ids_name
-    for quantize in (None, *job.quantize):
-        suffix = f"_{quantize}" if quantize else ""
-        job.say(f"Converting to TFLite{f' ({quantize})' if quantize else ''} ...")
-        _tflite(job.id_archive(), ids_name, job.staging / "tflite" / f"{ids_name}{suffix}.tflite", quantize)
-    _tflite(job.id_archive(), "forward", job.staging / "tflite" / "forward.tflite")
-    if job.trained.kind != "translator":
-        return
-    job.say("Converting the string-to-string TFLite variant ...")
+    tflite, ids_name = job.staging / "tflite", job.endpoints.ids_name
+    tflite.mkdir()
+    conversions = [
+        dict(saved_model=job.id_archive(), signature=ids_name, output=tflite / f"{ids_name}{suffix}.tflite", quantize=q)
+        for q, suffix in [(None, ""), *((q, f"_{q}") for q in job.quantize)]
+    ]
+    conversions.append(dict(saved_model=job.id_archive(), signature="forward", output=tflite / "forward.tflite"))
     text_archive = job.staging / ".text-archive"
-    _keras_archive(job.trained, text_archive, job.converted_endpoints, include_text=True)
-    _tflite(text_archive, "translate", job.staging / "tflite" / "translate.tflite", custom_ops=True)
-    shutil.rmtree(text_archive)
+    if job.trained.kind == "translator":  # strings in, strings out
+        _keras_archive(job.trained, text_archive, job.converted_endpoints, include_text=True)
+        conversions.append(
+            dict(saved_model=text_archive, signature="translate", output=tflite / "translate.tflite", custom_ops=True)
+        )
+    job.say(f"Converting to TFLite: {', '.join(c['output'].name for c in conversions)} ...")
+    _tflite(conversions)
+    shutil.rmtree(text_archive, ignore_errors=True)
 
 
 def _write_onnx(job):
     job.say("Converting to ONNX ...")
-    (job.staging / "onnx").mkdir()
-    _onnx(job.id_archive(), job.endpoints.ids_name, job.staging / "onnx" / f"{job.endpoints.ids_name}.onnx")
-    _onnx(job.id_archive(), "forward", job.staging / "onnx" / "forward.onnx")
+    onnx, ids_name = job.staging / "onnx", job.endpoints.ids_name
+    onnx.mkdir()
+    _onnx(job.id_archive(), {ids_name: onnx / f"{ids_name}.onnx", "forward": onnx / "forward.onnx"})
 
 
 def _write_ctranslate2(job):

@@ -1,17 +1,18 @@
-"""Converts one signature of a SavedModel to TFLite, builtin ops only; run as a program.
+"""Converts signatures of SavedModels to TFLite, builtin ops only; run as a program.
 
-    python -m kformer.deploy.tflite_converter SAVED_MODEL SIGNATURE OUTPUT [--quantize float16|int8] [--custom-ops]
+    python -m kformer.deploy.tflite_converter '[{"saved_model": ..., "signature": ..., "output": ...,
+                                                 "quantize": null, "custom_ops": false}, ...]'
 
-`kformer.deploy.export` runs it in a subprocess for each file, because the TF 2.21
-converter leaks memory on every `convert()` call.
+`kformer.deploy.export` runs it once an export, in a subprocess: the TF 2.21
+converter leaks memory on every `convert()` call, and the process that ends
+returns it (one process a file cost an export a TensorFlow import each).
 """
 
-import argparse
+import json
+import sys
 
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops a string model holds)
-
-from kformer.deploy import QUANTIZATIONS
 
 
 def convert(saved_model, signature, quantize=None, custom_ops=False):
@@ -35,16 +36,12 @@ def convert(saved_model, signature, quantize=None, custom_ops=False):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("saved_model")
-    parser.add_argument("signature")
-    parser.add_argument("output")
-    parser.add_argument("--quantize", choices=QUANTIZATIONS)
-    parser.add_argument("--custom-ops", action="store_true")
-    args = parser.parse_args(argv)
-    tflite = convert(args.saved_model, args.signature, args.quantize, args.custom_ops)
-    with open(args.output, "wb") as file:
-        file.write(tflite)
+    (conversions,) = sys.argv[1:] if argv is None else argv
+    for conversion in json.loads(conversions):
+        output = conversion.pop("output")
+        tflite = convert(**conversion)
+        with open(output, "wb") as file:
+            file.write(tflite)
 
 
 if __name__ == "__main__":
