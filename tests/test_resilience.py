@@ -17,9 +17,10 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import EPOCHS, REPO, SMALL_SETTINGS, STEPS_PER_EPOCH, train_command
+from conftest import EPOCHS, REPO, SMALL_SETTINGS, STEPS_PER_EPOCH, VOCAB, train_command
 
 from kformer.cli import main
+from kformer.data.text import Tokenizer
 from kformer.model_dir import load
 from kformer.training.callbacks import Backup
 from kformer.training.config import TrainingConfig
@@ -271,6 +272,8 @@ def test_a_damaged_backup_is_one_sentence_that_says_what_to_do(tmp_path, capsys,
     out = tmp_path / "model"
     backup = out / "training" / "backup"
     backup.mkdir(parents=True)
+    for side in ("source", "target"):  # as the killed run left them (so they are not learned again)
+        Tokenizer(VOCAB).save(out / f"{side}_vocab.txt")
     state = {"epoch": 1, "step": 40, "seconds": 9.0, "weights": "step-40.weights.h5"}
     if damage == "state.json cut short":
         (backup / "state.json").write_text(json.dumps(state)[:20])
@@ -332,8 +335,16 @@ def test_same_seed_same_weights(tmp_path):
     assert not any(np.array_equal(a, b) for a, b in zip(first.get_weights(), other.get_weights(), strict=True))
 
 
-def test_a_disk_that_fills_while_saving_leaves_a_resumable_run_not_a_finished_one(tmp_path, monkeypatch, capsys):
+@pytest.fixture(scope="module")
+def run_whose_last_save_failed(tmp_path_factory):
+    """A 5-step run whose final save meets a full disk: (its model directory, exit status, stderr).
+
+    Shared: the full-disk test reads it, the resume test resumes a copy. (--no-xla: what is tested
+    is not the compiled step, and compiling it costs a run 10 s.)
+    """
+    import contextlib
     import errno
+    import io
 
     import keras
 
@@ -342,10 +353,16 @@ def test_a_disk_that_fills_while_saving_leaves_a_resumable_run_not_a_finished_on
             file.write(b"half a model")
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(keras.Model, "save", no_space)
-    out = tmp_path / "model"
-    assert main(train_command(out, "--epochs", "1", "--steps-per-epoch", "5")[3:]) == 1
-    err = capsys.readouterr().err
+    out, stderr = tmp_path_factory.mktemp("full-disk") / "model", io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(stderr):
+        patch.setattr(keras.Model, "save", no_space)
+        code = main(train_command(out, "--epochs", "1", "--steps-per-epoch", "5", "--no-xla")[3:])
+    return out, code, stderr.getvalue()
+
+
+def test_a_disk_that_fills_while_saving_leaves_a_resumable_run_not_a_finished_one(run_whose_last_save_failed):
+    out, code, err = run_whose_last_save_failed
+    assert code == 1
     assert "kformer train: error: " in err and "model.keras: No space left on device." in err
     # No config.json, no model.keras, no half-written temporary file: nothing that looks finished.
     assert {p.name for p in out.iterdir()} == {
@@ -391,29 +408,22 @@ def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_
     assert all(np.array_equal(a, b) for a, b in zip(clean.get_weights(), resumed.get_weights(), strict=True))
 
 
-def test_a_resumed_minutes_run_counts_the_time_spent_before_the_restart(tmp_path, monkeypatch):
+def test_a_resumed_minutes_run_counts_the_time_spent_before_the_restart(run_whose_last_save_failed, tmp_path):
     """--minutes budgets the whole run: resumed with its minute already spent, it stops after one step.
 
     (And reports that step: the best weights it puts back, from before the restart, do not roll back the
     step count with the optimizer's state they were saved with.)
     """
-    import errno
-
-    import keras
-
-    def no_space(self, path, *args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    import shutil
 
     out = tmp_path / "model"
-    with monkeypatch.context() as patch:  # a first run whose last save fails: resumable from its backup at step 5
-        patch.setattr(keras.Model, "save", no_space)
-        assert main(train_command(out, "--epochs", "1", "--steps-per-epoch", "5")[3:]) == 1
+    shutil.copytree(run_whose_last_save_failed[0], out)  # resumable from its backup at step 5
     state = saved_state(out)
     assert state["step"] == 5
     (out / "training" / "backup" / "state.json").write_text(json.dumps({**state, "seconds": 60.0}))
     with open(out / "training" / "history.csv", "a") as file:  # as if killed after logging epoch 1, before its backup
         file.write("1,0.5,9.9,0.5,NA,NA,NA,NA,NA\n")
-    assert main(train_command(out, "--minutes", "1", "--steps-per-epoch", "5")[3:]) == 0
+    assert main(train_command(out, "--minutes", "1", "--steps-per-epoch", "5", "--no-xla")[3:]) == 0
     result = json.loads((out / "config.json").read_text())["result"]
     assert result["steps"] == 6 and result["stopped_by"] == "time budget", result
     assert [row["epoch"] for row in history(out)] == ["0", "1"]  # the stale line of epoch 1 went; its rerun's stayed
