@@ -90,8 +90,32 @@ def copy_task_model():
 _COPY_TASK_SIZE = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
 
 
+# A folder that every xdist worker of this test run shares (None when the run is one process).
+_SHARED = {"folder": None}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_folder(tmp_path_factory, worker_id):
+    if worker_id != "master":  # pytest-xdist's recipe: the workers' base folders have one parent, this run's
+        _SHARED["folder"] = tmp_path_factory.getbasetemp().parent
+
+
 @functools.cache
 def _copy_task_weights():
+    """The copy task's weights, trained once a test run: the first worker that needs them trains and shares them."""
+    import filelock
+
+    if _SHARED["folder"] is None:
+        return _train_copy_task()
+    path = _SHARED["folder"] / "copy_task.npz"
+    with filelock.FileLock(f"{path}.lock"):
+        if not path.is_file():
+            np.savez(path, *_train_copy_task())
+        with np.load(path) as saved:
+            return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+
+def _train_copy_task():
     import kformer
     from kformer.data.text import END_ID, START_ID
     from kformer.training.objectives import compile_for_training
