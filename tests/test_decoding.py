@@ -245,6 +245,25 @@ def test_xla_loop_over_fixed_buffers_gives_the_plain_loops_tokens(random_model, 
         assert not hasattr(plain, "_decode_compiled")
 
 
+def test_beam_search_runs_the_compiled_loop_up_to_64_sentences_a_batch_and_the_graph_loop_beyond(trained):
+    """The switch has no effect on the tokens (the test above), so a counter in the compiled branch shows it."""
+    from kformer.inference.translator import XLA_BEAM_BATCH
+
+    translator = Translator(trained, beam_size=2)
+    runs, compiled = tf.Variable(0), translator._decode_compiled
+
+    @tf.function
+    def counted(tokens, max_length):  # runs only when tf.cond takes the compiled branch
+        runs.assign_add(1)
+        return compiled(tokens, max_length)
+
+    translator._decode_compiled = counted  # before translate_ids is first traced
+    for batch, runs_after in ((XLA_BEAM_BATCH, 1), (XLA_BEAM_BATCH + 1, 1), (3, 2)):
+        translator.translate_ids(random_tokens(batch, 3, seed=batch))
+        assert int(runs.numpy()) == runs_after, batch
+    assert XLA_BEAM_BATCH == 64  # as the README and Translator's docstring say
+
+
 def test_fixed_buffer_steps_equal_the_full_decoder(random_model):
     """The same with a cache longer than the positions decoded (XLA's buffers): 9 positions, 7 written."""
     assert_steps_equal_the_full_decoder(random_model, buffer_length=9, seed=2)
