@@ -93,12 +93,17 @@ def test_a_vocabulary_needs_words_and_says_so(sentences, error, message):
         build_vocabulary(sentences, 100)
 
 
-def test_vocabularies_learned_side_by_side_are_those_learned_one_at_a_time():
+def test_vocabularies_learned_side_by_side_are_those_learned_one_at_a_time(monkeypatch):
+    import subprocess
+
     english = [f"the {word} sees the {other}" for word in ("cat", "dog", "man") for other in ("bird", "fish")] * 5
     spanish = [f"el {word} ve al {other}" for word in ("gato", "perro", "hombre") for other in ("ave", "pez")] * 5
-    assert build_vocabularies([(english, 60), (spanish, 40)]) == [
-        build_vocabulary(english, 60),
-        build_vocabulary(spanish, 40),
-    ]
+    one_at_a_time = [build_vocabulary(english, 60), build_vocabulary(spanish, 40)]
+    started, popen = [], subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *args, **kwargs: started.append(args) or popen(*args, **kwargs))
+    assert build_vocabularies([(english, 60), (spanish, 40)], side_by_side_from=8) == one_at_a_time
+    assert len(started) == 1  # the Spanish one (8 distinct words), in a process of its own
+    assert build_vocabularies([(english, 60), (spanish, 40)], side_by_side_from=9) == one_at_a_time
+    assert len(started) == 1  # too few words to be worth a process
     with pytest.raises(ValueError, match="no words to learn a vocabulary from: 2 sentences"):
         build_vocabularies([(english, 60), (["", " "], 40)])

@@ -86,42 +86,50 @@ pickle.dump(build_vocabulary(sentences, size), sys.stdout.buffer)
 """
 
 
-def build_vocabularies(corpora):
-    """[build_vocabulary(sentences, size) for sentences, size in corpora], learned at the same time.
+# A vocabulary (after the first) is learned in a process of its own when its sentences hold this many distinct
+# words; below, in this process after the first: a process starts by importing TensorFlow, which costs more
+# than it saves on small corpora (2 cores: 6.8 s against 0.9 s on the built-in corpus, 14.8 s against 11.1 s
+# on 10,000 spa-eng pairs, 26.0 s against 28.8 s on 30,000; `python bench/vocab.py`, bench/RESULTS.md).
+SIDE_BY_SIDE_FROM = 12_000
+
+
+def build_vocabularies(corpora, side_by_side_from=SIDE_BY_SIDE_FROM):
+    """[build_vocabulary(sentences, size) for sentences, size in corpora], the large ones learned at the same time.
 
     tensorflow-text's WordPiece learner is pure Python, so threads would take
-    turns: every vocabulary but the first is learned in a Python process of
-    its own (a fresh one, which imports kformer again), the first in this
-    one. Two vocabularies on two cores take the time of one.
+    turns: every vocabulary but the first whose sentences hold at least
+    `side_by_side_from` distinct (space-separated) words is learned in a
+    Python process of its own (a fresh one, which imports kformer again),
+    the others in this one. Two large vocabularies on two cores take the
+    time of one.
 
     Raises:
         ValueError: a list without a word (checked before any learning starts).
     """
     corpora = [(check_sentences(sentences), size) for sentences, size in corpora]
-    if not corpora:
-        return []
     env = {
         **os.environ,
         "TF_CPP_MIN_LOG_LEVEL": "3",
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]),
     }
-    learners = []
+    learners = {}  # {index in corpora: its process}
     try:
-        for corpus in corpora[1:]:
+        for index, corpus in enumerate(corpora):
+            if index == 0 or len({word for text in corpus[0] for word in text.split()}) < side_by_side_from:
+                continue
             pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            learner = subprocess.Popen([sys.executable, "-c", _LEARNER], env=env, **pipes)
-            learners.append(learner)
-            learner.stdin.write(pickle.dumps(corpus))  # read at once: the learner imports TensorFlow after
-            learner.stdin.flush()
-        vocabularies = [build_vocabulary(*corpora[0])]
-        for learner in learners:
+            learners[index] = subprocess.Popen([sys.executable, "-c", _LEARNER], env=env, **pipes)
+            learners[index].stdin.write(pickle.dumps(corpus))  # read at once: the learner imports TensorFlow after
+            learners[index].stdin.flush()
+        vocabularies = [None if index in learners else build_vocabulary(*c) for index, c in enumerate(corpora)]
+        for index, learner in learners.items():
             result, errors = learner.communicate()
             if learner.returncode != 0:
                 raise RuntimeError(f"the process learning a vocabulary failed: {errors.decode()[-2000:]}")
-            vocabularies.append(pickle.loads(result))
+            vocabularies[index] = pickle.loads(result)
         return vocabularies
     finally:
-        for learner in learners:
+        for learner in learners.values():
             learner.kill()
             learner.wait()
 
