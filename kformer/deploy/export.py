@@ -255,15 +255,17 @@ def _write_tflite(job):
         for q, suffix in [(None, ""), *((q, f"_{q}") for q in job.quantize)]
     ]
     conversions.append(dict(saved_model=job.id_archive(), signature="forward", output=tflite / "forward.tflite"))
-    text_archive = job.staging / ".text-archive"
+    text_archive = None
     if job.trained.kind == "translator":  # strings in, strings out
+        text_archive = job.staging / ".text-archive"
         _keras_archive(job.trained, text_archive, job.converted_endpoints, include_text=True)
         conversions.append(
             dict(saved_model=text_archive, signature="translate", output=tflite / "translate.tflite", custom_ops=True)
         )
     job.say(f"Converting to TFLite: {', '.join(c['output'].name for c in conversions)} ...")
     _tflite(conversions)
-    shutil.rmtree(text_archive, ignore_errors=True)
+    if text_archive is not None:
+        shutil.rmtree(text_archive)
 
 
 def _write_onnx(job):
