@@ -70,6 +70,9 @@ def test_layout_and_manifest(exported):
         "saved_model/",
     }
     assert expected <= set(manifest["files"])
+    files = manifest["files"]  # and each quantization took effect (smaller weights, the same graph)
+    quantized = [files[f"tflite/translate_ids{suffix}.tflite"] for suffix in ("", "_float16", "_int8")]
+    assert quantized == sorted(quantized, reverse=True) and len(set(quantized)) == 3, quantized
     assert (out / "saved_model" / "kformer" / "1" / "saved_model.pb").is_file()
     assert not list(out.parent.glob(".deploy.partial-*"))
 
