@@ -4,7 +4,16 @@ import re
 
 import pytest
 
-from kformer.data.corpus import ANIMATE, INTRANSITIVE, PLACES, THINGS, TRANSITIVE, builtin_splits, held_out_pairs
+from kformer.data.corpus import (
+    ANIMATE,
+    INTRANSITIVE,
+    PLACES,
+    THINGS,
+    TRANSITIVE,
+    agreement_pairs,
+    builtin_splits,
+    held_out_pairs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +78,19 @@ def test_relative_clauses_agree_with_the_distant_subject(splits):
             assert spanish.split()[-1] == expected, (english, spanish)
             checked += verb in plural_verbs
     assert checked > 100
+
+
+def test_agreement_pairs_put_a_noun_of_the_other_number_between_subject_and_verb():
+    train = [english for english, _ in builtin_splits()["train"]]
+    sentences = agreement_pairs(100, exclude=train)
+    assert len(sentences) == 100 and not set(train) & {english for english, *_ in sentences}
+    verbs = {(verb.spanish, verb.spanish_plural) for verb in INTRANSITIVE}
+    for english, spanish, right, wrong in sentences:
+        assert (right, wrong) in verbs or (wrong, right) in verbs
+        assert spanish.split()[-1] == right and " que " in spanish and " that " in english
+        subject_plural = right in {plural for _, plural in verbs}
+        subject_determiner = spanish.split()[0]
+        inner_determiner = spanish.split(" que ")[1].split()[0]
+        plural_determiners = {"los", "las", "unos", "unas", "estos", "estas", "mis"}
+        assert (subject_determiner in plural_determiners) == subject_plural, spanish
+        assert (inner_determiner in plural_determiners) != subject_plural, spanish  # the attractor

@@ -325,3 +325,42 @@ def role_swap_pairs(count=200, seed=0, exclude=()):
         taken.update(english for english, _ in twins)
         pairs += twins
     return pairs
+
+
+def agreement_pairs(count=200, seed=0, exclude=()):
+    """Object-relative sentences whose main verb agrees with a distant subject across a noun of the other number.
+
+    "the cats that the girl sees sleep" -> "los gatos que la niña ve duermen":
+    between "cats" and "sleep" stands "girl", singular, an attractor. A model
+    that agrees the verb with the nearest noun writes "duerme". No sentence
+    holds a held-out adjective-noun pair.
+
+    Args:
+        count: how many sentences.
+        exclude: English sentences to leave out (a training split, say).
+
+    Returns:
+        A list of `count` tuples (english, spanish, right, wrong): `right` is
+        the Spanish main verb and `wrong` the same verb in the attractor's
+        number.
+    """
+    rng = random.Random(f"agreement-{seed}")
+    held_out = held_out_pairs(seed)
+    taken = set(exclude)
+    sentences = []
+    while len(sentences) < count:
+        subject, inner = _noun_phrase(rng, ANIMATE), _noun_phrase(rng, ANIMATE)
+        if subject.plural == inner.plural:
+            continue
+        if any(p.adjective and (p.adjective.english, p.noun.english) in held_out for p in (subject, inner)):
+            continue
+        inner_english, inner_spanish = _verb(rng.choice(TRANSITIVE), inner)
+        verb = rng.choice(INTRANSITIVE)
+        main_english, right = _verb(verb, subject)
+        _, wrong = _verb(verb, inner)
+        english = f"{subject.english} that {inner.english} {inner_english} {main_english}"
+        if english in taken:
+            continue
+        taken.add(english)
+        sentences.append((english, f"{subject.spanish} que {inner.spanish} {inner_spanish} {right}", right, wrong))
+    return sentences
