@@ -33,7 +33,7 @@ def call(model, encoder_tokens, decoder_tokens):
     return to_numpy(model(encoder_tokens, training=False))
 
 
-@pytest.mark.parametrize("stage", range(1, 9))
+@pytest.mark.parametrize("stage", range(9))
 def test_every_stage_trains_saves_and_loads(stage, tiny_corpus, tmp_path):
     pairs, source, target = tiny_corpus
     model = mvp.compile_mvp(mvp.build_mvp(stage, source.vocab_size, target.vocab_size, d_model=16, num_layers=2))
@@ -56,9 +56,9 @@ def test_every_stage_trains_saves_and_loads(stage, tiny_corpus, tmp_path):
 def test_stage_shapes():
     rng = np.random.default_rng(0)
     source, target = random_tokens(2, 5, SOURCE_VOCAB, rng), random_tokens(2, 3, TARGET_VOCAB, rng)
-    for stage in range(1, 9):
+    for stage in range(9):
         model = mvp.build_mvp(stage, SOURCE_VOCAB, TARGET_VOCAB, d_model=16)
-        expected = (2, 3, TARGET_VOCAB) if stage >= 4 else (2, TARGET_VOCAB)
+        expected = (2, TARGET_VOCAB) if 1 <= stage <= 3 else (2, 3, TARGET_VOCAB)
         assert call(model, source, target).shape == expected, stage
 
 
@@ -71,22 +71,22 @@ def test_stage_8_is_the_full_transformer_and_stage_7_has_one_layer():
     assert len(stage_8.get_layer("encoder").blocks) == 3
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3, 4, 5, 6])
 def test_only_stage_5_on_sees_word_order(stage):
-    """Stages 1-4 give the same output for any order of the source words; from stage 5 the order matters."""
+    """Stages 1-4 give the same output for any order of the source words; from stage 5 (and the GRU) it matters."""
     rng = np.random.default_rng(stage)
     model = mvp.build_mvp(stage, SOURCE_VOCAB, TARGET_VOCAB, d_model=16)
     source = random_tokens(3, 6, SOURCE_VOCAB, rng)
     shuffled = source[:, rng.permutation(6)]
     target = random_tokens(3, 4, TARGET_VOCAB, rng)
     original, permuted = call(model, source, target), call(model, shuffled, target)
-    if stage <= 4:
+    if 1 <= stage <= 4:
         np.testing.assert_allclose(original, permuted, rtol=0, atol=1e-6)
     else:
         assert np.abs(original - permuted).max() > 1e-4  # a hundred times the float error allowed above
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3, 4, 5, 6])
 def test_source_padding_changes_nothing(stage):
     rng = np.random.default_rng(10 + stage)
     model = mvp.build_mvp(stage, SOURCE_VOCAB, TARGET_VOCAB, d_model=16)
@@ -96,7 +96,7 @@ def test_source_padding_changes_nothing(stage):
     np.testing.assert_allclose(call(model, source, target), call(model, padded, target), atol=1e-5)
 
 
-@pytest.mark.parametrize("stage", [4, 5, 6])
+@pytest.mark.parametrize("stage", [0, 4, 5, 6])
 def test_the_decoder_never_reads_future_target_tokens(stage):
     rng = np.random.default_rng(20 + stage)
     model = mvp.build_mvp(stage, SOURCE_VOCAB, TARGET_VOCAB, d_model=16)
@@ -134,8 +134,23 @@ def test_greedy_decode_matches_the_cached_decoder_of_a_full_transformer():
     np.testing.assert_array_equal(plain, cached[:, : plain.shape[1]])
 
 
+def test_stage_0_decoder_reads_the_source_only_through_the_encoders_last_state():
+    """Two sources the encoder GRU sums up alike give the same logits: no attention path to any source token."""
+    rng = np.random.default_rng(4)
+    model = mvp.build_mvp(0, SOURCE_VOCAB, TARGET_VOCAB, d_model=16, units=8)
+    source, target = random_tokens(2, 5, SOURCE_VOCAB, rng), random_tokens(2, 4, TARGET_VOCAB, rng)
+    embedded = model.get_layer("source_embedding")(source)
+    _, summary = model.get_layer("encoder_gru")(embedded)
+    decoder = keras.Model(model.inputs[1], model.get_layer("target_embedding").output)
+    x = model.get_layer("decoder_gru")(decoder(target), initial_state=summary)
+    np.testing.assert_allclose(call(model, source, target), to_numpy(model.get_layer("logits")(x)), atol=1e-5)
+    assert model.get_layer("encoder_gru").units == 8 and not [
+        layer for layer in model.layers if "attention" in layer.name
+    ]
+
+
 def test_unknown_stage_is_refused():
-    with pytest.raises(ValueError, match="stage must be one of 1-8"):
+    with pytest.raises(ValueError, match="stage must be one of 0-8"):
         mvp.build_mvp(9, SOURCE_VOCAB, TARGET_VOCAB)
 
 
@@ -151,3 +166,98 @@ def test_role_swap_pairs_are_the_same_words_with_different_translations():
         words = english.split()
         assert not any((a, n) in held_out for a, n in zip(words, words[1:], strict=False))
         assert " a " in f" {spanish} " or " al " in f" {spanish} "  # the animate object's personal "a"
+
+
+def _part_model(parts, d_model=16):
+    return mvp.build_mvp(7, SOURCE_VOCAB, TARGET_VOCAB, d_model=d_model, num_heads=4, parts=parts)
+
+
+def _layer_outputs(model, names, source, target):
+    outputs = keras.Model(model.inputs, [model.get_layer(name).output for name in names])([source, target])
+    return [to_numpy(output) for output in outputs]
+
+
+def _layer_norm(x, epsilon=1e-6):  # gamma = 1, beta = 0, as a fresh LayerNormalization holds them
+    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + epsilon)
+
+
+def test_stage_7_parts_add_to_stage_6_exactly_the_parameters_of_each_part():
+    d, d_ff = 16, 64
+    stage_6 = mvp.build_mvp(6, SOURCE_VOCAB, TARGET_VOCAB, d_model=d, num_heads=4).count_params()
+    assert _part_model(()).count_params() == stage_6
+    assert _part_model(("residual",)).count_params() == stage_6
+    assert _part_model(("norm",)).count_params() == stage_6 + 3 * 2 * d  # gamma and beta after each attention
+    assert _part_model(("feed_forward",)).count_params() == stage_6 + 2 * (d * d_ff + d_ff + d_ff * d + d)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_stage_7_residual_part_carries_the_token_past_a_silenced_attention(residual):
+    """With every attention weight zero, only a residual connection lets the decoder's token reach the logits."""
+    rng = np.random.default_rng(30)
+    model = _part_model(("residual",) if residual else ())
+    for name in ("encoder_attention", "decoder_attention", "cross_attention"):
+        layer = model.get_layer(name)
+        layer.set_weights([np.zeros_like(w) for w in layer.get_weights()])
+    source, target = random_tokens(2, 5, SOURCE_VOCAB, rng), random_tokens(2, 4, TARGET_VOCAB, rng)
+    embedded, logits = _layer_outputs(model, ["target_embedding", "logits"], source, target)
+    kernel, bias = model.get_layer("logits").get_weights()
+    expected = embedded @ kernel + bias if residual else np.broadcast_to(bias, logits.shape)
+    np.testing.assert_allclose(logits, expected, atol=1e-5)
+
+
+def test_stage_7_all_parts_are_the_papers_post_norm_sublayers():
+    """Each sub-layer output is LayerNorm(x + sublayer(x)), the FFN's included (the paper's section 3.1)."""
+    rng = np.random.default_rng(31)
+    model = _part_model(mvp.STAGE_7_PARTS)
+    source, target = random_tokens(2, 5, SOURCE_VOCAB, rng), random_tokens(2, 4, TARGET_VOCAB, rng)
+    x, y, out = _layer_outputs(
+        model, ["cross_attention_norm", "decoder_feed_forward", "decoder_feed_forward_norm"], source, target
+    )
+    np.testing.assert_allclose(out, _layer_norm(x + y), atol=1e-4)
+    embedded, attended, normed = _layer_outputs(
+        model, ["target_embedding", "decoder_attention", "decoder_attention_norm"], source, target
+    )
+    np.testing.assert_allclose(normed, _layer_norm(embedded + attended), atol=1e-4)
+
+
+def test_stage_7_parts_are_refused_for_other_stages_and_unknown_parts():
+    with pytest.raises(ValueError, match="parts is for stage 7"):
+        mvp.build_mvp(6, SOURCE_VOCAB, TARGET_VOCAB, parts=("residual",))
+    with pytest.raises(ValueError, match="parts is for stage 7"):
+        mvp.build_mvp(7, SOURCE_VOCAB, TARGET_VOCAB, parts=("dropout",))
+
+
+def test_stage_scores_count_twins_sentences_and_verbs_as_documented(monkeypatch):
+    """Canned outputs in place of a model's, so each score can be counted by hand."""
+    twins = [("a b", "el x"), ("b a", "la y"), ("c d", "un z"), ("d c", "un w")]
+    test_pairs = [("e", "t1"), ("f", "t2")]
+    agreement = [
+        ("g", "p duermen", "duermen", "duerme"),
+        ("h", "q come", "come", "comen"),
+        ("i", "r baila", "baila", "bailan"),
+    ]
+    canned = {
+        "a b": "el x",
+        "b a": "la y",
+        "c d": "una z",  # the only first word wrong, in the pair whose first words agree
+        "d c": "un w",  # sentences right: 3 of 4; both twins right: pair 1 only
+        "e": "t1",
+        "f": "no",  # test split: 1 of 2
+        "g": "p duermen",
+        "h": "q comen",
+        "i": "r nada",  # agrees: 1 of 3; attracted: 1 of 3
+    }
+    monkeypatch.setattr(mvp, "reads_whole_target", lambda model: True)
+    monkeypatch.setattr(mvp, "translate", lambda model, sentences, *_: [canned[s] for s in sentences])
+    monkeypatch.setattr(mvp, "first_tokens", lambda model, sentences, *_: [canned[s].split()[0] for s in sentences])
+    scores, outputs = mvp.stage_scores(None, twins, test_pairs, None, None, agreement)
+    assert outputs == ["el x", "la y", "una z", "un w"]
+    assert scores == {
+        "first word": 0.75,
+        "first word, both twins": 1.0,  # only pair 1's first words differ (el / la), and both are right
+        "sentence": 0.75,
+        "sentence, both twins": 0.5,
+        "test split": 0.5,
+        "verb agrees": pytest.approx(1 / 3),
+        "verb attracted": pytest.approx(1 / 3),
+    }

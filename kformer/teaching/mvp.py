@@ -31,6 +31,7 @@ from kformer.data.pipeline import make_dataset
 from kformer.data.text import END_ID, PAD_ID, START_ID
 from kformer.layers import (
     CrossAttention,
+    FeedForward,
     MultiHeadSelfAttention,
     PositionalEmbedding,
     make_padding_mask,
@@ -50,6 +51,9 @@ STAGES = {
     7: "residual connections, layer normalisation, feed-forward",
     8: "N stacked layers: the full Transformer",
 }
+STAGE_7_PARTS = ("residual", "norm", "feed_forward")
+
+STAGE_0 = "a GRU encoder-decoder, no attention: the RNN of seed 000's motivation"
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -89,8 +93,31 @@ def _first_word_model(stage, source_vocab_size, target_vocab_size, d_model):
     return keras.Model(encoder_tokens, logits, name=f"mvp_stage_{stage}")
 
 
-def _single_layer_seq2seq(stage, source_vocab_size, target_vocab_size, d_model, num_heads):
-    """Stages 4-6: one attention layer a side, with no residuals, norms or feed-forward."""
+def _rnn_seq2seq(source_vocab_size, target_vocab_size, d_model, units):
+    """Stage 0: a GRU reads the source into one vector, which starts a GRU that writes the target.
+
+    The encoder-decoder of Cho et al. (2014) and Sutskever et al. (2014), which
+    attention replaced: the decoder sees the source only through the
+    encoder's last state, `(B, units)`, whatever the sentence's length.
+    """
+    encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
+    decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+    source = keras.layers.Embedding(source_vocab_size, d_model, mask_zero=True, name="source_embedding")(encoder_tokens)
+    _, summary = keras.layers.GRU(units, return_state=True, name="encoder_gru")(source)  # (B, units)
+    x = keras.layers.Embedding(target_vocab_size, d_model, mask_zero=True, name="target_embedding")(decoder_tokens)
+    x = keras.layers.GRU(units, return_sequences=True, name="decoder_gru")(x, initial_state=summary)  # (B, T, units)
+    logits = keras.layers.Dense(target_vocab_size, name="logits")(x)  # (B, T, V)
+    return keras.Model([encoder_tokens, decoder_tokens], logits, name="mvp_stage_0_gru")
+
+
+def _single_layer_seq2seq(stage, source_vocab_size, target_vocab_size, d_model, num_heads, parts=(), d_ff=None):
+    """Stages 4-6: one attention layer a side, with no residuals, norms or feed-forward.
+
+    `parts` adds stage 7's changes to stage 6 by hand, any of STAGE_7_PARTS:
+    each sub-layer's output becomes `norm(x + sublayer(x))`, its parts
+    switched on one by one, and "feed_forward" adds the FFN sub-layer (width
+    `d_ff`) after the attention on each side.
+    """
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
     source_padding_mask = make_padding_mask(encoder_tokens)  # (B, S)
@@ -101,17 +128,31 @@ def _single_layer_seq2seq(stage, source_vocab_size, target_vocab_size, d_model, 
             return PositionalEmbedding(vocab_size, d_model, name=name)
         return keras.layers.Embedding(vocab_size, d_model, mask_zero=True, name=name)
 
+    def sublayer(x, y, name):  # x: the sub-layer's input, y: its output, both (B, T, D)
+        if "residual" in parts:
+            y = keras.layers.Add(name=f"{name}_residual")([x, y])
+        if "norm" in parts:
+            y = keras.layers.LayerNormalization(epsilon=1e-6, name=f"{name}_norm")(y)
+        return y
+
+    def feed_forward(x, name):
+        if "feed_forward" not in parts:
+            return x
+        return sublayer(x, FeedForward(d_model, d_ff, name=name)(x), name)
+
     heads = num_heads if stage >= 6 else 1
     attention = dict(num_heads=heads, d_model=d_model, use_bias=False)
     source = embed(source_vocab_size, "source_embedding")(encoder_tokens)  # (B, S, D)
-    context = MultiHeadSelfAttention(**attention, name="encoder_attention")(
-        source, padding_mask=source_padding_mask
-    )  # (B, S, D)
+    context = MultiHeadSelfAttention(**attention, name="encoder_attention")(source, padding_mask=source_padding_mask)
+    context = feed_forward(sublayer(source, context, "encoder_attention"), "encoder_feed_forward")  # (B, S, D)
     x = embed(target_vocab_size, "target_embedding")(decoder_tokens)  # (B, T, D)
-    x = MultiHeadSelfAttention(**attention, causal=True, name="decoder_attention")(x, padding_mask=target_padding_mask)
-    x = CrossAttention(**attention, name="cross_attention")(x, context, context_padding_mask=source_padding_mask)
+    y = MultiHeadSelfAttention(**attention, causal=True, name="decoder_attention")(x, padding_mask=target_padding_mask)
+    x = sublayer(x, y, "decoder_attention")
+    y = CrossAttention(**attention, name="cross_attention")(x, context, context_padding_mask=source_padding_mask)
+    x = feed_forward(sublayer(x, y, "cross_attention"), "decoder_feed_forward")
     logits = keras.layers.Dense(target_vocab_size, name="logits")(x)  # (B, T, V)
-    return keras.Model([encoder_tokens, decoder_tokens], logits, name=f"mvp_stage_{stage}")
+    name = "_plus_".join([f"mvp_stage_{stage}", *parts])
+    return keras.Model([encoder_tokens, decoder_tokens], logits, name=name)
 
 
 def build_mvp(
@@ -123,25 +164,43 @@ def build_mvp(
     num_layers=2,
     d_ff=None,
     dropout=0.0,
+    parts=None,
+    units=None,
 ):
     """The model of one stage of seed 003's build-up (see the module docstring).
 
     Args:
-        stage: 1 to 8.
+        stage: 1 to 8, or 0 for STAGE_0, the RNN that attention replaced.
         source_vocab_size, target_vocab_size: vocabulary sizes (id 0 = padding).
         d_model: D, the width of every stage.
         num_heads: H, heads from stage 6 on (stages 3-5 have one head of width D).
         num_layers: N, the layers a side of stage 8 (stage 7 has one).
         d_ff: the feed-forward width of stages 7-8; defaults to 4 * d_model.
         dropout: the dropout rate of stages 7-8.
+        units: stage 0 only: the GRUs' width; defaults to d_model.
+        parts: stage 7 only: its changes one at a time, any of STAGE_7_PARTS
+            ("residual", "norm", "feed_forward") added by hand to stage 6, so
+            that each can be tried alone. None builds stage 7 itself,
+            `build_transformer` with one layer a side (which also has biases
+            in its projections).
 
     Returns:
         A keras.Model. Stages 1-3: `encoder_tokens (B, S) -> logits (B, V)`
-        of the first target token. Stages 4-8: `[encoder_tokens (B, S),
+        of the first target token. Stages 0 and 4-8: `[encoder_tokens (B, S),
         decoder_tokens (B, T)] -> logits (B, T, V)`.
     """
+    if stage == 0:
+        return _rnn_seq2seq(source_vocab_size, target_vocab_size, d_model, units or d_model)
     if stage not in STAGES:
-        raise ValueError(f"stage must be one of 1-8, got stage={stage!r}.")
+        raise ValueError(f"stage must be one of 0-8, got stage={stage!r}.")
+    if parts is not None:
+        if stage != 7 or not set(parts) <= set(STAGE_7_PARTS):
+            raise ValueError(
+                f"parts is for stage 7 and takes any of {STAGE_7_PARTS}, got stage={stage!r}, parts={parts!r}."
+            )
+        return _single_layer_seq2seq(
+            6, source_vocab_size, target_vocab_size, d_model, num_heads, parts, d_ff or 4 * d_model
+        )
     if stage <= 3:
         return _first_word_model(stage, source_vocab_size, target_vocab_size, d_model)
     if stage <= 6:
@@ -238,3 +297,82 @@ def first_tokens(model, sentences, source_tokenizer, target_tokenizer, max_lengt
         logits = model(encoder_tokens, training=False)  # (B, V)
     ids = np.argmax(ops.convert_to_numpy(logits), axis=-1)
     return [target_tokenizer.vocabulary[i] for i in ids]
+
+
+def train_stage(
+    stage,
+    train_pairs,
+    source_tokenizer,
+    target_tokenizer,
+    seed=0,
+    parts=None,
+    epochs=2,
+    batch_size=64,
+    max_length=24,
+    learning_rate=3e-3,
+    **sizes,
+):
+    """Chapter 4's recipe: one stage built, seeded and trained; returns `(model, history)`.
+
+    Every stage gets the same budget (`epochs` passes over `train_pairs` at
+    `batch_size`), Adam at `learning_rate`, and the width of `build_mvp`'s
+    defaults unless `sizes` (d_model, num_heads, ...) say otherwise. `seed`
+    sets Keras' random seed to `stage + 10 * seed`, so seed 0 of stage 5 is
+    seed 5, and a stage-7 part model starts where stage 7 does.
+    """
+    keras.utils.set_random_seed(stage + 10 * seed)
+    model = build_mvp(stage, source_tokenizer.vocab_size, target_tokenizer.vocab_size, parts=parts, **sizes)
+    compile_mvp(model, learning_rate)
+    data = stage_dataset(
+        model, train_pairs, source_tokenizer, target_tokenizer, batch_size=batch_size, max_length=max_length
+    )
+    history = model.fit(data, epochs=epochs, verbose=0, shuffle=False).history
+    return model, history
+
+
+def _both_right(right, first_of_pairs):
+    return float(np.mean([right[i] and right[i + 1] for i in first_of_pairs]))
+
+
+def stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, agreement=()):
+    """Exact-match accuracies of one stage on role-swap twins and on test pairs, and its outputs.
+
+    Args:
+        twins: `role_swap_pairs` output, (english, spanish) pairs where pair 2i
+            and 2i + 1 are the same words in another order.
+        test_pairs: (english, spanish) pairs for whole-sentence accuracy.
+        agreement: `agreement_pairs` output, for the two verb scores.
+
+    Returns:
+        `(scores, outputs)`: scores maps "first word", "first word, both twins"
+        (over the twin pairs whose first Spanish words differ), "sentence",
+        "sentence, both twins", "test split", and, given `agreement`, "verb
+        agrees" (the main verb in the subject's number) and "verb attracted"
+        (only in the nearer noun's number) to a fraction; the sentence and verb
+        scores are NaN for stages 1-3, which write one word. Outputs are the
+        model's translations of the twins (their first words for stages 1-3).
+    """
+    sentences = [english for english, _ in twins]
+    first_words = [spanish.split()[0] for _, spanish in twins]
+    differing = [i for i in range(0, len(twins), 2) if first_words[i] != first_words[i + 1]]
+    firsts = first_tokens(model, sentences, source_tokenizer, target_tokenizer)
+    first_right = [a == b for a, b in zip(firsts, first_words, strict=True)]
+    scores = {"first word": float(np.mean(first_right)), "first word, both twins": _both_right(first_right, differing)}
+    whole = ["sentence", "sentence, both twins", "test split"] + ["verb agrees", "verb attracted"] * bool(agreement)
+    if not reads_whole_target(model):
+        return scores | dict.fromkeys(whole, np.nan), firsts
+    outputs = translate(model, sentences, source_tokenizer, target_tokenizer)
+    right = [output == spanish for output, (_, spanish) in zip(outputs, twins, strict=True)]
+    test_outputs = translate(model, [english for english, _ in test_pairs], source_tokenizer, target_tokenizer)
+    scores["sentence"] = float(np.mean(right))
+    scores["sentence, both twins"] = _both_right(right, range(0, len(right), 2))
+    scores["test split"] = float(np.mean([a == b for a, (_, b) in zip(test_outputs, test_pairs, strict=True)]))
+    if agreement:
+        written = [
+            output.split()
+            for output in translate(model, [e for e, *_ in agreement], source_tokenizer, target_tokenizer)
+        ]
+        scores["verb agrees"] = float(np.mean([r in w for w, (*_, r, _) in zip(written, agreement, strict=True)]))
+        attracted = [wrong in w and r not in w for w, (*_, r, wrong) in zip(written, agreement, strict=True)]
+        scores["verb attracted"] = float(np.mean(attracted))
+    return scores, outputs
