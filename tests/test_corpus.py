@@ -5,7 +5,9 @@ import re
 import pytest
 
 from kformer.data.corpus import (
+    ADJECTIVES,
     ANIMATE,
+    DETERMINERS,
     INTRANSITIVE,
     PLACES,
     THINGS,
@@ -61,6 +63,42 @@ def test_spanish_contracts_and_agrees(splits):
     assert not any(re.search(r"\b(a|de) el\b", sentence) for sentence in spanish)  # al, del
     assert any(" al " in sentence for sentence in spanish) and any(" del " in sentence for sentence in spanish)
     assert not any(re.search(r"\b(el|los|un|unos) \w+ (negra|negras|blanca|blancas)\b", s) for s in spanish)
+
+
+def test_determiners_and_adjectives_agree_with_their_noun_and_adjectives_follow_it(splits):
+    """Read off the word tables: each Spanish noun's determiner and adjective carry its gender and number."""
+    nouns, english_nouns = {}, {}  # Spanish form -> (feminine, plural); English form -> (noun, plural)
+    for noun in ANIMATE + THINGS + PLACES:
+        for plural in (False, True):
+            nouns[noun.spanish_plural if plural else noun.spanish] = (noun.feminine, plural)
+            english_nouns[noun.english_plural if plural else noun.english] = (noun, plural)
+    allowed = {"al": {(False, False)}, "del": {(False, False)}}  # a + el, de + el
+    for _, forms in DETERMINERS:  # el la los las: (m, sg) (f, sg) (m, pl) (f, pl)
+        for i, form in enumerate(forms):
+            allowed.setdefault(form, set()).add((i % 2 == 1, i >= 2))
+    adjectives = {}  # English -> {(feminine, plural): Spanish form}
+    adjective_forms = {}  # Spanish form -> the (feminine, plural) it agrees with
+    for a in ADJECTIVES:
+        forms = [a.masculine, a.feminine, a.masculine_plural, a.feminine_plural]
+        adjectives[a.english] = {(i % 2 == 1, i >= 2): form for i, form in enumerate(forms)}
+        for key, form in adjectives[a.english].items():
+            adjective_forms.setdefault(form, set()).add(key)
+    seen = set()
+    for english, spanish in (pair for pairs in splits.values() for pair in pairs):
+        words = spanish.split()
+        for before, word, after in zip(["^", *words[:-1]], words, [*words[1:], "$"], strict=True):
+            if word in nouns:
+                assert nouns[word] in allowed[before], (spanish, before, word)
+                assert after not in adjective_forms or nouns[word] in adjective_forms[after], (spanish, word, after)
+                seen.add(nouns[word])
+        english_words = english.split()
+        for first, second in zip(english_words, english_words[1:], strict=False):
+            if first in adjectives and second in english_nouns:  # English puts the adjective first, Spanish after
+                noun, plural = english_nouns[second]
+                spanish_noun = noun.spanish_plural if plural else noun.spanish
+                agreed = adjectives[first][(noun.feminine, plural)]
+                assert f" {spanish_noun} {agreed} " in f" {spanish} ", (english, spanish)
+    assert seen == {(False, False), (False, True), (True, False), (True, True)}
 
 
 def test_relative_clauses_agree_with_the_distant_subject(splits):
