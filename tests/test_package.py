@@ -115,3 +115,17 @@ def test_a_fresh_program_loads_a_model_directory_with_nothing_imported_first(tmp
     print(len(kformer.Translator(trained).translate(["the black cat sleeps"])))
     """
     assert run_fresh_python(code, tmp_path).strip() == "1"
+
+
+def test_import_kformer_defaults_the_keras_backend_to_tensorflow_over_a_keras_json_that_says_otherwise(tmp_path):
+    """A machine whose ~/.keras/keras.json names another backend, no KERAS_BACKEND: kformer still gets TensorFlow."""
+    (tmp_path / "keras.json").write_text(json.dumps({"backend": "jax"}))
+    code = f"""
+    import os
+    os.environ.pop("KERAS_BACKEND", None)
+    os.environ["KERAS_HOME"] = {str(tmp_path)!r}
+    import kformer
+    import keras
+    print(os.environ.get("KERAS_BACKEND"), keras.backend.backend())
+    """
+    assert run_fresh_python(code, tmp_path).split() == ["tensorflow", "tensorflow"]
