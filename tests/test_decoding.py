@@ -267,3 +267,21 @@ def test_beam_search_runs_the_compiled_loop_up_to_64_sentences_a_batch_and_the_g
 def test_fixed_buffer_steps_equal_the_full_decoder(random_model):
     """The same with a cache longer than the positions decoded (XLA's buffers): 9 positions, 7 written."""
     assert_steps_equal_the_full_decoder(random_model, buffer_length=9, seed=2)
+
+
+def test_evaluate_gives_sacrebleus_scores_of_the_greedy_translations(trained):
+    """`kformer evaluate`'s numbers, recomputed with sacreBLEU itself on the copy task's translations."""
+    import sacrebleu
+
+    from kformer import evaluate
+
+    rng = np.random.default_rng(5)
+    sources = [" ".join(rng.choice(list("abcdefghijkl"), size=rng.integers(3, 8))) for _ in range(24)]
+    references = [source if i % 2 else " ".join(source.split()[::-1]) for i, source in enumerate(sources)]
+    scores = evaluate(trained, list(zip(sources, references, strict=True)))
+    hypotheses = Translator(trained).translate(sources)
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.006)
+    assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score, abs=0.006)
+    exact = [hypothesis == reference for hypothesis, reference in zip(hypotheses, references, strict=True)]
+    assert scores["exact_match"] == pytest.approx(100 * np.mean(exact), abs=0.006)
+    assert 30 < scores["bleu"] < 90 and 40 <= scores["exact_match"] <= 60  # half the references copy, half reverse
