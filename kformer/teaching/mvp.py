@@ -18,7 +18,12 @@ model returns logits; the softmax of the seed's `p(y) = softmax(W c + b)` sits
 in the loss and in `first_tokens`. Stages 3-6 use bias-free projections, as
 the seed's equations do.
 
-Everything is built from kformer's own layers; only `DotProductSelfAttention`
+Two more models for the course's questions: stage 0 (`build_mvp(0)`), the GRU
+encoder-decoder that attention replaced, and stage 7's three changes one at a
+time (`build_mvp(7, parts=...)`). `train_stage` and `stage_scores` are the
+course's recipe and scores, shared with `bench/stages.py`.
+
+Everything else is built from kformer's own layers; only `DotProductSelfAttention`
 (stage 2, attention with no projections) is new here, and it calls the same
 attention core as every other layer.
 """
@@ -27,6 +32,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kformer.data.corpus import INTRANSITIVE
 from kformer.data.pipeline import make_dataset
 from kformer.data.text import END_ID, PAD_ID, START_ID
 from kformer.layers import (
@@ -347,8 +353,10 @@ def stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, a
         `(scores, outputs)`: scores maps "first word", "first word, both twins"
         (over the twin pairs whose first Spanish words differ), "sentence",
         "sentence, both twins", "test split", and, given `agreement`, "verb
-        agrees" (the main verb in the subject's number) and "verb attracted"
-        (only in the nearer noun's number) to a fraction; the sentence and verb
+        agrees" (the main verb in the subject's number), "verb attracted"
+        (only in the nearer noun's number) and "verb number" (of the outputs
+        that end in any intransitive verb, whatever the verb, those in the
+        subject's number) to a fraction; the sentence and verb
         scores are NaN for stages 1-3, which write one word. Outputs are the
         model's translations of the twins (their first words for stages 1-3).
     """
@@ -358,7 +366,8 @@ def stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, a
     firsts = first_tokens(model, sentences, source_tokenizer, target_tokenizer)
     first_right = [a == b for a, b in zip(firsts, first_words, strict=True)]
     scores = {"first word": float(np.mean(first_right)), "first word, both twins": _both_right(first_right, differing)}
-    whole = ["sentence", "sentence, both twins", "test split"] + ["verb agrees", "verb attracted"] * bool(agreement)
+    verb_scores = ["verb agrees", "verb attracted", "verb number"]
+    whole = ["sentence", "sentence, both twins", "test split"] + verb_scores * bool(agreement)
     if not reads_whole_target(model):
         return scores | dict.fromkeys(whole, np.nan), firsts
     outputs = translate(model, sentences, source_tokenizer, target_tokenizer)
@@ -375,4 +384,12 @@ def stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, a
         scores["verb agrees"] = float(np.mean([r in w for w, (*_, r, _) in zip(written, agreement, strict=True)]))
         attracted = [wrong in w and r not in w for w, (*_, r, wrong) in zip(written, agreement, strict=True)]
         scores["verb attracted"] = float(np.mean(attracted))
+        plural = {verb.spanish_plural for verb in INTRANSITIVE}
+        verbs = plural | {verb.spanish for verb in INTRANSITIVE}
+        ends = [
+            (w[-1] in plural, r in plural)
+            for w, (*_, r, _) in zip(written, agreement, strict=True)
+            if w and w[-1] in verbs
+        ]
+        scores["verb number"] = float(np.mean([said == meant for said, meant in ends])) if ends else np.nan
     return scores, outputs
