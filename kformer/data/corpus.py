@@ -333,7 +333,10 @@ def agreement_pairs(count=200, seed=0, exclude=()):
     "the cats that the girl sees sleep" -> "los gatos que la niña ve duermen":
     between "cats" and "sleep" stands "girl", singular, an attractor. A model
     that agrees the verb with the nearest noun writes "duerme". No sentence
-    holds a held-out adjective-noun pair.
+    holds a held-out adjective-noun pair. The English main verb shows its
+    number too ("sleep", not "sleeps"), next to where the Spanish verb goes,
+    so a translator can copy the number instead of carrying it across the
+    clause: these sentences test attraction, not memory over distance.
 
     Args:
         count: how many sentences.
