@@ -101,6 +101,25 @@ def test_determiners_and_adjectives_agree_with_their_noun_and_adjectives_follow_
     assert seen == {(False, False), (False, True), (True, False), (True, True)}
 
 
+def test_animate_objects_take_the_personal_a_and_things_do_not(splits):
+    """ "the dog sees a cat" -> "el perro ve a un gato", "the dog sees a ball" -> "el perro ve una pelota"."""
+    transitive = {form for verb in TRANSITIVE for form in (verb.spanish, verb.spanish_plural)}
+    intransitive = {form for verb in INTRANSITIVE for form in (verb.spanish, verb.spanish_plural)}
+    animate = {form for noun in ANIMATE for form in (noun.spanish, noun.spanish_plural)}
+    things = {form for noun in THINGS for form in (noun.spanish, noun.spanish_plural)}
+    checked = {True: 0, False: 0}
+    for _, spanish in (pair for pairs in splits.values() for pair in pairs):
+        words = [*spanish.split(), "$"]
+        for i, word in enumerate(words):
+            if word not in transitive or words[i + 1] in intransitive | {"$"}:  # "que la niña ve duermen": no object
+                continue
+            obj = next(later for later in words[i + 1 :] if later in animate | things)
+            personal = words[i + 1] in ("a", "al")
+            assert personal == (obj in animate), spanish
+            checked[personal] += 1
+    assert min(checked.values()) > 500, checked
+
+
 def test_relative_clauses_agree_with_the_distant_subject(splits):
     """ "the cats that the girl sees sleep" -> "... duermen": the main verb agrees with "cats", not "girl"."""
     plural_verbs = {verb.english_plural: verb.spanish_plural for verb in INTRANSITIVE}
