@@ -58,10 +58,17 @@ def test_missing_piece_is_named(saved, piece):
         load(directory)
 
 
-def test_vocabulary_from_another_model_is_detected(saved):
+@pytest.mark.parametrize(
+    ("side", "vocabulary", "message"),
+    [
+        ("target", TARGET_VOCAB[:-3], "target vocabulary has 27 tokens but the model's decoder was trained with 30"),
+        ("source", SOURCE_VOCAB[:-3], "source vocabulary has 17 tokens but the model's encoder was trained with 20"),
+    ],
+)
+def test_vocabulary_from_another_model_is_detected(saved, side, vocabulary, message):
     _, directory = saved
-    Tokenizer(TARGET_VOCAB[:-3]).save(directory / "target_vocab.txt")
-    with pytest.raises(ModelDirectoryError, match="target vocabulary has 27 tokens but the model's decoder"):
+    Tokenizer(vocabulary).save(directory / f"{side}_vocab.txt")
+    with pytest.raises(ModelDirectoryError, match=message):
         load(directory)
 
 
