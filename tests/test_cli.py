@@ -3,6 +3,7 @@
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from kformer.cli import _config, build_parser, main
@@ -15,6 +16,32 @@ def test_walkthrough_prints_the_seeds_numbers(capsys):
     assert "+0.0702  +0.7070  +0.2228" in out  # seed 000, Bumrah's weights
     assert "+1.000   +1.365   +0.701" in out  # seed 000, "it"'s output
     assert "+0.26    +0.20    +0.37    +0.18" in out  # seed 003, Part 3, "black"
+
+
+def _table_after(title, text):  # the rows of numbers printed under `title`
+    lines = text.split(title, 1)[1].strip("\n").split("\n\n", 1)[0].splitlines()
+    return [[float(number) for number in line.split()[1:]] for line in lines]
+
+
+def test_walkthrough_numbers_are_computed_by_the_layers(capsys, monkeypatch):
+    """Double what kformer's attention layer returns, and the printed outputs double: nothing is hard-coded."""
+    from kformer.layers import MultiHeadSelfAttention
+
+    assert main(["walkthrough"]) == 0
+    before = _table_after("output = weights V", capsys.readouterr().out)
+    call = MultiHeadSelfAttention.call
+
+    def doubled(self, *args, **kwargs):
+        result = call(self, *args, **kwargs)
+        if isinstance(result, tuple):  # (output, weights), with return_attention_scores
+            return (2 * result[0], *result[1:])
+        return 2 * result
+
+    monkeypatch.setattr(MultiHeadSelfAttention, "call", doubled)
+    assert main(["walkthrough"]) == 0
+    after = _table_after("output = weights V", capsys.readouterr().out)
+    assert len(before) == 3
+    np.testing.assert_allclose(after, 2 * np.array(before), atol=0.0015)
 
 
 def test_unknown_command_is_one_clear_error(capsys):
