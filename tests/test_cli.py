@@ -2,9 +2,13 @@
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from conftest import REPO
 
 from kformer.cli import _config, build_parser, main
 from kformer.training.config import ARCHITECTURE, TrainingConfig
@@ -42,6 +46,22 @@ def test_walkthrough_numbers_are_computed_by_the_layers(capsys, monkeypatch):
     after = _table_after("output = weights V", capsys.readouterr().out)
     assert len(before) == 3
     np.testing.assert_allclose(after, 2 * np.array(before), atol=0.0015)
+
+
+def test_the_command_hides_tensorflows_start_up_notes_unless_asked(tmp_path):
+    """A fresh `kformer` process: its error is its only stderr line. TF_CPP_MIN_LOG_LEVEL=0 lets the notes through."""
+    argv = [sys.executable, "-m", "kformer", "translate", "--model", "nowhere", "hello"]
+    stderr = {}
+    for level in (None, "0"):
+        env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"PYTHONPATH": str(REPO)}
+        env |= {"TF_CPP_MIN_LOG_LEVEL": level} if level else {}
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2
+        stderr[level] = done.stderr.strip().splitlines()
+    assert stderr[None] == [
+        "kformer translate: error: nowhere: no such model directory; train one with `kformer train`."
+    ], stderr[None]
+    assert len(stderr["0"]) > 1 and stderr["0"][-1] == stderr[None][0]  # the notes this machine's TensorFlow prints
 
 
 def test_unknown_command_is_one_clear_error(capsys):
