@@ -2,11 +2,11 @@
 
 The chapter trains each stage once (seed 0) to stay inside its 3 minutes; this trains every
 stage, stage 0 (a GRU encoder-decoder of stage 7's size, the RNN attention replaced), and
-stage 6 plus each of stage 7's parts alone (residual, norm, feed-forward) and all three,
-with the chapter's recipe (`kformer.teaching.mvp.train_stage`) on `--seeds` seeds, scores
-each with `mvp.stage_scores` on the chapter's role-swap twins, test sentences and
-subject-verb agreement sentences, and writes the table that chapter 4's error bars read.
-Seed 0 is the chapter's own run. About 15 minutes for 3 seeds on 2 cores.
+stage 6 plus each of stage 7's parts alone (residual, norm, feed-forward), residual with
+feed-forward, and all three, with the chapter's recipe (`kformer.teaching.mvp.train_stage`)
+on `--seeds` seeds, scores each with `mvp.stage_scores` on the chapter's role-swap twins,
+test sentences and subject-verb agreement sentences, and writes the table that chapter 4's
+error bars read. Seed 0 is the chapter's own run. About 18 minutes for 3 seeds on 2 cores.
 
     python bench/stages.py [--seeds 3] [--out notebooks/data/stage_seeds.json]
 """
@@ -21,7 +21,7 @@ from kformer.data.corpus import agreement_pairs, builtin_splits, role_swap_pairs
 from kformer.data.text import Tokenizer, build_vocabulary
 from kformer.teaching import mvp
 
-PARTS = [("residual",), ("norm",), ("feed_forward",), mvp.STAGE_7_PARTS]
+PARTS = [("residual",), ("norm",), ("feed_forward",), ("residual", "feed_forward"), mvp.STAGE_7_PARTS]
 GRU_UNITS = 104  # stage 0 at stage 7's size: 155,305 parameters against 156,961 on the built-in vocabularies
 OUT = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "stage_seeds.json"
 
