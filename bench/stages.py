@@ -40,9 +40,10 @@ def main():
     splits = builtin_splits()
     source_tokenizer = Tokenizer(build_vocabulary([s for s, _ in splits["train"]], 1000))
     target_tokenizer = Tokenizer(build_vocabulary([t for _, t in splits["train"]], 1000))
-    twins = role_swap_pairs(200, exclude=[s for s, _ in splits["train"]])
+    train_english = [english for english, _ in splits["train"]]
+    twins = role_swap_pairs(200, exclude=train_english)
     test_pairs = splits["test"][:300]
-    agreement = agreement_pairs(200, exclude=[s for s, _ in splits["train"]])
+    agreement = agreement_pairs(200, exclude=train_english)
     rows, started = [], time.perf_counter()
     todo = [(seed, *model) for seed in range(args.seeds) for model in models_to_train()]
     for done, (seed, label, stage, parts) in enumerate(todo, 1):

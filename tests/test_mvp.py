@@ -135,7 +135,7 @@ def test_greedy_decode_matches_the_cached_decoder_of_a_full_transformer():
 
 
 def test_stage_0_decoder_reads_the_source_only_through_the_encoders_last_state():
-    """Two sources the encoder GRU sums up alike give the same logits: no attention path to any source token."""
+    """The logits are the decoder GRU started from the encoder's last state, with nothing else taken from the source."""
     rng = np.random.default_rng(4)
     model = mvp.build_mvp(0, SOURCE_VOCAB, TARGET_VOCAB, d_model=16, units=8)
     source, target = random_tokens(2, 5, SOURCE_VOCAB, rng), random_tokens(2, 4, TARGET_VOCAB, rng)
@@ -235,6 +235,7 @@ def test_stage_scores_count_twins_sentences_and_verbs_as_documented(monkeypatch)
         ("g", "p duermen", "duermen", "duerme"),
         ("h", "q come", "come", "comen"),
         ("i", "r baila", "baila", "bailan"),
+        ("j", "s salta", "salta", "saltan"),
     ]
     canned = {
         "a b": "el x",
@@ -245,7 +246,8 @@ def test_stage_scores_count_twins_sentences_and_verbs_as_documented(monkeypatch)
         "f": "no",  # test split: 1 of 2
         "g": "p duermen",
         "h": "q comen",
-        "i": "r nada",  # agrees: 1 of 3; attracted: 1 of 3
+        "i": "r nada",
+        "j": "s saltan salta",  # both forms: it agrees, and is not attracted. Agrees: 2 of 4; attracted: 1 of 4
     }
     monkeypatch.setattr(mvp, "reads_whole_target", lambda model: True)
     monkeypatch.setattr(mvp, "translate", lambda model, sentences, *_: [canned[s] for s in sentences])
@@ -258,7 +260,19 @@ def test_stage_scores_count_twins_sentences_and_verbs_as_documented(monkeypatch)
         "sentence": 0.75,
         "sentence, both twins": 0.5,
         "test split": 0.5,
-        "verb agrees": pytest.approx(1 / 3),
-        "verb attracted": pytest.approx(1 / 3),
-        "verb number": pytest.approx(2 / 3),  # duermen for a plural subject, nada for a singular one; not comen
+        "verb agrees": 0.5,
+        "verb attracted": 0.25,
+        "verb number": 0.75,  # duermen plural, nada and salta singular, as their subjects; not comen
     }
+
+
+def test_train_stage_seeds_keras_with_stage_plus_ten_times_seed(tiny_corpus):
+    """Seed 1 of stage 5 starts from the weights Keras' seed 15 draws; seed 0 of stage 5 from another draw."""
+    pairs, source, target = tiny_corpus
+    untrained, _ = mvp.train_stage(5, pairs, source, target, seed=1, epochs=0, d_model=16)
+    keras.utils.set_random_seed(15)
+    reference = mvp.build_mvp(5, source.vocab_size, target.vocab_size, d_model=16)
+    for ours, theirs in zip(untrained.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    other, _ = mvp.train_stage(5, pairs, source, target, seed=0, epochs=0, d_model=16)
+    assert not np.array_equal(other.get_weights()[0], reference.get_weights()[0])

@@ -261,6 +261,11 @@ def held_out_pairs(seed=0):
     return {(rng.choice(ADJECTIVES).english, noun.english) for noun in ANIMATE + THINGS + PLACES}
 
 
+def _holds_held_out(phrases, held_out):
+    """Whether any of the noun phrases pairs an adjective with a noun that `held_out` reserves."""
+    return any(p.adjective and (p.adjective.english, p.noun.english) in held_out for p in phrases)
+
+
 def builtin_splits(seed=0, train_size=20_000, valid_size=500, test_size=1_000):
     """The built-in corpus as {"train", "valid", "test"} lists of (english, spanish).
 
@@ -277,7 +282,7 @@ def builtin_splits(seed=0, train_size=20_000, valid_size=500, test_size=1_000):
         if english in seen:
             continue
         seen.add(english)
-        novel = any(p.adjective and (p.adjective.english, p.noun.english) in held_out for p in phrases)
+        novel = _holds_held_out(phrases, held_out)
         if novel:
             name = "test"
         else:
@@ -313,7 +318,7 @@ def role_swap_pairs(count=200, seed=0, exclude=()):
         first, second = _noun_phrase(rng, ANIMATE), _noun_phrase(rng, ANIMATE)
         if first.plural != second.plural or first.noun == second.noun:
             continue
-        if any(p.adjective and (p.adjective.english, p.noun.english) in held_out for p in (first, second)):
+        if _holds_held_out((first, second), held_out):
             continue
         english_verb, spanish_verb = _verb(rng.choice(TRANSITIVE), first)
         twins = [
@@ -355,7 +360,7 @@ def agreement_pairs(count=200, seed=0, exclude=()):
         subject, inner = _noun_phrase(rng, ANIMATE), _noun_phrase(rng, ANIMATE)
         if subject.plural == inner.plural:
             continue
-        if any(p.adjective and (p.adjective.english, p.noun.english) in held_out for p in (subject, inner)):
+        if _holds_held_out((subject, inner), held_out):
             continue
         inner_english, inner_spanish = _verb(rng.choice(TRANSITIVE), inner)
         verb = rng.choice(INTRANSITIVE)

@@ -59,8 +59,6 @@ STAGES = {
 }
 STAGE_7_PARTS = ("residual", "norm", "feed_forward")
 
-STAGE_0 = "a GRU encoder-decoder, no attention: the RNN of seed 000's motivation"
-
 
 @keras.saving.register_keras_serializable(package="kformer")
 class DotProductSelfAttention(keras.layers.Layer):
@@ -176,7 +174,8 @@ def build_mvp(
     """The model of one stage of seed 003's build-up (see the module docstring).
 
     Args:
-        stage: 1 to 8, or 0 for STAGE_0, the RNN that attention replaced.
+        stage: 1 to 8, or 0 for a GRU encoder-decoder without attention, the
+            RNN of seed 000's motivation that attention replaced.
         source_vocab_size, target_vocab_size: vocabulary sizes (id 0 = padding).
         d_model: D, the width of every stage.
         num_heads: H, heads from stage 6 on (stages 3-5 have one head of width D).
@@ -347,7 +346,7 @@ def stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, a
         twins: `role_swap_pairs` output, (english, spanish) pairs where pair 2i
             and 2i + 1 are the same words in another order.
         test_pairs: (english, spanish) pairs for whole-sentence accuracy.
-        agreement: `agreement_pairs` output, for the two verb scores.
+        agreement: `agreement_pairs` output, for the three verb scores.
 
     Returns:
         `(scores, outputs)`: scores maps "first word", "first word, both twins"
