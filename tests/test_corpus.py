@@ -152,3 +152,28 @@ def test_agreement_pairs_put_a_noun_of_the_other_number_between_subject_and_verb
         plural_determiners = {"los", "las", "unos", "unas", "estos", "estas", "mis"}
         assert (subject_determiner in plural_determiners) == subject_plural, spanish
         assert (inner_determiner in plural_determiners) != subject_plural, spanish  # the attractor
+
+
+def test_the_harder_corpus_hides_the_verbs_number_in_english_and_shows_it_in_spanish():
+    """ "the cats that the girl saw slept" -> "los gatos que la niña vio durmieron": only "cats" carries the number."""
+    harder = builtin_splits(harder=True)
+    pairs = [pair for split in harder.values() for pair in split]
+    past = {verb.english_past: verb for verb in INTRANSITIVE + TRANSITIVE}
+    english_nouns = {
+        form: plural for noun in ANIMATE for plural, form in enumerate((noun.english, noun.english_plural))
+    }
+    in_past = [(english, spanish) for english, spanish in pairs if set(english.split()) & set(past)]
+    assert 0.4 < len(in_past) / len(pairs) < 0.6
+    checked = {(plural, attracted): 0 for plural in (0, 1) for attracted in (False, True)}
+    for english, spanish in in_past:
+        words = english.split()
+        if words[-1] not in past or past[words[-1]] not in INTRANSITIVE:
+            continue  # the main verb ends the sentence: no object, no place
+        nouns = [english_nouns[word] for word in words if word in english_nouns]
+        plural, attracted = nouns[0], len(nouns) > 1 and nouns[1] != nouns[0]
+        verb = past[words[-1]]
+        assert spanish.split()[-1] == (verb.spanish_past_plural if plural else verb.spanish_past), english
+        checked[plural, attracted] += 1
+    assert min(checked.values()) > 100, checked
+    test_words = {word for english, spanish in harder["test"] for word in f"{english} {spanish}".split()}
+    assert test_words <= {word for english, spanish in harder["train"] for word in f"{english} {spanish}".split()}

@@ -10,6 +10,11 @@ duerme", it exercises what makes translation more than word lookup:
 - relative clauses put the main verb far from the subject it agrees with:
   "the cats that the girl sees sleep" -> "los gatos que la niña ve duermen".
 
+A harder mode (`builtin_splits(harder=True)`) puts half the sentences in the
+past tense, where English verbs no longer show their number ("slept") and
+Spanish ones still do ("durmió", "durmieron"); chapter 5 of the course
+trains on it.
+
 Deterministic from a seed. The test split is compositional: each test
 sentence contains an adjective-noun pair that no training or validation
 sentence contains, while every word on its own is seen in training.
@@ -49,6 +54,9 @@ class Verb:
     english_plural: str
     spanish: str
     spanish_plural: str
+    english_past: str  # one form for both numbers: "the cat slept", "the cats slept"
+    spanish_past: str
+    spanish_past_plural: str
 
 
 def _nouns(rows, animate):
@@ -124,28 +132,28 @@ ADJECTIVES = [
 INTRANSITIVE = [
     Verb(*row.split())
     for row in [
-        "sleeps sleep duerme duermen",
-        "runs run corre corren",
-        "eats eat come comen",
-        "sings sing canta cantan",
-        "walks walk camina caminan",
-        "jumps jump salta saltan",
-        "swims swim nada nadan",
-        "waits wait espera esperan",
-        "plays play juega juegan",
-        "dances dance baila bailan",
+        "sleeps sleep duerme duermen slept durmió durmieron",
+        "runs run corre corren ran corrió corrieron",
+        "eats eat come comen ate comió comieron",
+        "sings sing canta cantan sang cantó cantaron",
+        "walks walk camina caminan walked caminó caminaron",
+        "jumps jump salta saltan jumped saltó saltaron",
+        "swims swim nada nadan swam nadó nadaron",
+        "waits wait espera esperan waited esperó esperaron",
+        "plays play juega juegan played jugó jugaron",
+        "dances dance baila bailan danced bailó bailaron",
     ]
 ]
 TRANSITIVE = [
     Verb(*row.split())
     for row in [
-        "sees see ve ven",
-        "watches watch mira miran",
-        "finds find encuentra encuentran",
-        "follows follow sigue siguen",
-        "wants want quiere quieren",
-        "has have tiene tienen",
-        "carries carry lleva llevan",
+        "sees see ve ven saw vio vieron",
+        "watches watch mira miran watched miró miraron",
+        "finds find encuentra encuentran found encontró encontraron",
+        "follows follow sigue siguen followed siguió siguieron",
+        "wants want quiere quieren wanted quería querían",
+        "has have tiene tienen had tenía tenían",
+        "carries carry lleva llevan carried llevó llevaron",
     ]
 ]
 # English preposition -> Spanish, and whether the Spanish ends in "de" (de + el = del).
@@ -209,14 +217,17 @@ def _object(rng, verb):
     return phrase, spanish
 
 
-def _verb(verb, subject):
+def _verb(verb, subject, past=False):
+    if past:
+        return verb.english_past, verb.spanish_past_plural if subject.plural else verb.spanish_past
     if subject.plural:
         return verb.english_plural, verb.spanish_plural
     return verb.english, verb.spanish
 
 
-def _sentence(rng):
-    """One (english, spanish, phrases) triple from a random template."""
+def _sentence(rng, harder=False):
+    """One (english, spanish, phrases) triple from a random template; `harder`: half of them in the past tense."""
+    past = harder and rng.random() < 0.5
     subject = _noun_phrase(rng, ANIMATE)
     phrases = [subject]
     template = rng.choice(["intransitive", "transitive", "subject_relative", "object_relative"])
@@ -224,25 +235,25 @@ def _sentence(rng):
     if template == "subject_relative":  # the cat that sees the dogs sleeps
         verb = rng.choice(TRANSITIVE)
         obj, obj_spanish = _object(rng, verb)
-        en_verb, es_verb = _verb(verb, subject)
+        en_verb, es_verb = _verb(verb, subject, past)
         english += ["that", en_verb, obj.english]
         spanish += ["que", es_verb, obj_spanish]
         phrases.append(obj)
     elif template == "object_relative":  # the cats that the girl sees sleep
         inner = _noun_phrase(rng, ANIMATE)
-        en_verb, es_verb = _verb(rng.choice(TRANSITIVE), inner)
+        en_verb, es_verb = _verb(rng.choice(TRANSITIVE), inner, past)
         english += ["that", inner.english, en_verb]
         spanish += ["que", inner.spanish, es_verb]
         phrases.append(inner)
     if template == "transitive":
         verb = rng.choice(TRANSITIVE)
         obj, obj_spanish = _object(rng, verb)
-        en_verb, es_verb = _verb(verb, subject)
+        en_verb, es_verb = _verb(verb, subject, past)
         english += [en_verb, obj.english]
         spanish += [es_verb, obj_spanish]
         phrases.append(obj)
     else:
-        en_verb, es_verb = _verb(rng.choice(INTRANSITIVE), subject)
+        en_verb, es_verb = _verb(rng.choice(INTRANSITIVE), subject, past)
         english.append(en_verb)
         spanish.append(es_verb)
     if rng.random() < 0.4:
@@ -266,11 +277,17 @@ def _holds_held_out(phrases, held_out):
     return any(p.adjective and (p.adjective.english, p.noun.english) in held_out for p in phrases)
 
 
-def builtin_splits(seed=0, train_size=20_000, valid_size=500, test_size=1_000):
+def builtin_splits(seed=0, train_size=20_000, valid_size=500, test_size=1_000, harder=False):
     """The built-in corpus as {"train", "valid", "test"} lists of (english, spanish).
 
     All sentences are distinct. Train and valid never contain a held-out
     adjective-noun pair; every test sentence contains at least one.
+
+    `harder` puts half the sentences in the past tense, where English verbs
+    hide their number ("the cat slept", "the cats slept") and Spanish verbs
+    show it ("durmió", "durmieron"): the translator has to carry the
+    subject's number to the verb, across a relative clause's noun of the
+    other number when there is one.
     """
     rng = random.Random(seed)
     held_out = held_out_pairs(seed)
@@ -278,7 +295,7 @@ def builtin_splits(seed=0, train_size=20_000, valid_size=500, test_size=1_000):
     splits = {"train": [], "valid": [], "test": []}
     sizes = {"train": train_size, "valid": valid_size, "test": test_size}
     while any(len(splits[name]) < sizes[name] for name in splits):
-        english, spanish, phrases = _sentence(rng)
+        english, spanish, phrases = _sentence(rng, harder)
         if english in seen:
             continue
         seen.add(english)
