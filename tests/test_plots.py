@@ -43,6 +43,8 @@ def test_learning_curves_are_a_png(tmp_path):
     assert matplotlib.image.imread(tmp_path / "curves.png").shape[:2] == (400, 1000)  # loss and accuracy
     learning_curves({"loss": [3.0, 2.0]}, tmp_path / "loss.png")  # the multi-worker loop records no accuracy
     assert matplotlib.image.imread(tmp_path / "loss.png").shape[:2] == (400, 500)  # so loss alone, no empty panel
+    learning_curves({**history, "val_bleu": [1.0, 40.0, 60.0], "val_chrf": [10.0, 60.0, 75.0]}, tmp_path / "bleu.png")
+    assert matplotlib.image.imread(tmp_path / "bleu.png").shape[:2] == (400, 1500)  # and the validation BLEU
 
 
 def test_importing_kformer_leaves_the_matplotlib_backend_alone(tmp_path):

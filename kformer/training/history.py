@@ -13,24 +13,28 @@ from matplotlib.ticker import MaxNLocator
 
 from kformer.model_dir import write_atomically
 
-PANELS = [("loss", "loss (label-smoothed)"), ("accuracy", "token accuracy")]
+PANELS = [  # (title, [(metric, label), ...])
+    ("loss (label-smoothed)", [("loss", "train"), ("val_loss", "validation")]),
+    ("token accuracy", [("accuracy", "train"), ("val_accuracy", "validation")]),
+    ("validation translations", [("val_bleu", "BLEU"), ("val_chrf", "chrF")]),
+]
 
 
 def learning_curves(history, path):
-    """Saves loss and token accuracy per epoch, training against validation, as a PNG (a panel for each one
-    recorded: the multi-worker loop records no accuracy)."""
-    panels = [(name, title) for name, title in PANELS if name in history]
+    """Saves loss and token accuracy per epoch, training against validation, and the validation
+    translations' BLEU and chrF, as a PNG: a panel for each recorded (the multi-worker loop records no
+    accuracy, a run without validation no BLEU)."""
+    panels = [(title, [(m, label) for m, label in series if m in history]) for title, series in PANELS]
+    panels = [(title, series) for title, series in panels if series]
     if not panels:
-        raise ValueError(f"no loss or accuracy to draw, only {sorted(history)}.")
+        raise ValueError(f"no loss, accuracy or BLEU to draw, only {sorted(history)}.")
     figure = Figure(figsize=(5 * len(panels), 4))
-    for axis, (metric, label) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
-        epochs = range(1, len(history[metric]) + 1)
-        axis.plot(epochs, history[metric], marker="o", label="train")
-        if f"val_{metric}" in history:
-            axis.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
+    for axis, (title, series) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
+        for metric, label in series:
+            axis.plot(range(1, len(history[metric]) + 1), history[metric], marker="o", label=label)
         axis.set_xlabel("epoch")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.set_title(label)
+        axis.set_title(title)
         axis.grid(alpha=0.3)
         axis.legend()
     figure.tight_layout()
