@@ -138,11 +138,18 @@ def test_relative_clauses_agree_with_the_distant_subject(splits):
     assert checked > 100
 
 
-def test_agreement_pairs_put_a_noun_of_the_other_number_between_subject_and_verb():
-    train = [english for english, _ in builtin_splits()["train"]]
-    sentences = agreement_pairs(100, exclude=train)
+@pytest.mark.parametrize("past", [False, True])
+def test_agreement_pairs_put_a_noun_of_the_other_number_between_subject_and_verb(past):
+    train = [english for english, _ in builtin_splits(harder=past)["train"]]
+    sentences = agreement_pairs(100, exclude=train, past=past)
     assert len(sentences) == 100 and not set(train) & {english for english, *_ in sentences}
-    verbs = {(verb.spanish, verb.spanish_plural) for verb in INTRANSITIVE}
+    if past:
+        verbs = {(verb.spanish_past, verb.spanish_past_plural) for verb in INTRANSITIVE}
+        english_verbs = {verb.english_past for verb in INTRANSITIVE}  # one form for both numbers
+    else:
+        verbs = {(verb.spanish, verb.spanish_plural) for verb in INTRANSITIVE}
+        english_verbs = {form for verb in INTRANSITIVE for form in (verb.english, verb.english_plural)}
+    assert {english.split()[-1] for english, *_ in sentences} <= english_verbs
     for english, spanish, right, wrong in sentences:
         assert (right, wrong) in verbs or (wrong, right) in verbs
         assert spanish.split()[-1] == right and " que " in spanish and " that " in english

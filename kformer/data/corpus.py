@@ -349,27 +349,31 @@ def role_swap_pairs(count=200, seed=0, exclude=()):
     return pairs
 
 
-def agreement_pairs(count=200, seed=0, exclude=()):
+def agreement_pairs(count=200, seed=0, exclude=(), past=False):
     """Object-relative sentences whose main verb agrees with a distant subject across a noun of the other number.
 
     "the cats that the girl sees sleep" -> "los gatos que la niña ve duermen":
     between "cats" and "sleep" stands "girl", singular, an attractor. A model
     that agrees the verb with the nearest noun writes "duerme". No sentence
-    holds a held-out adjective-noun pair. The English main verb shows its
-    number too ("sleep", not "sleeps"), next to where the Spanish verb goes,
-    so a translator can copy the number instead of carrying it across the
-    clause: these sentences test attraction, not memory over distance.
+    holds a held-out adjective-noun pair. In the present tense the English
+    main verb shows its number too ("sleep", not "sleeps"), next to where the
+    Spanish verb goes, so a translator can copy the number instead of
+    carrying it across the clause: these sentences test attraction, not
+    memory over distance. In the past tense (`past=True`, the harder
+    corpus's) the English verbs hide it: "the cats that the girl saw slept"
+    -> "... durmieron", and only "cats" tells the number.
 
     Args:
         count: how many sentences.
         exclude: English sentences to leave out (a training split, say).
+        past: both verbs in the past tense.
 
     Returns:
         A list of `count` tuples (english, spanish, right, wrong): `right` is
         the Spanish main verb and `wrong` the same verb in the attractor's
         number.
     """
-    rng = random.Random(f"agreement-{seed}")
+    rng = random.Random(f"agreement-{seed}" + "-past" * past)
     held_out = held_out_pairs(seed)
     taken = set(exclude)
     sentences = []
@@ -379,10 +383,10 @@ def agreement_pairs(count=200, seed=0, exclude=()):
             continue
         if _holds_held_out((subject, inner), held_out):
             continue
-        inner_english, inner_spanish = _verb(rng.choice(TRANSITIVE), inner)
+        inner_english, inner_spanish = _verb(rng.choice(TRANSITIVE), inner, past)
         verb = rng.choice(INTRANSITIVE)
-        main_english, right = _verb(verb, subject)
-        _, wrong = _verb(verb, inner)
+        main_english, right = _verb(verb, subject, past)
+        _, wrong = _verb(verb, inner, past)
         english = f"{subject.english} that {inner.english} {inner_english} {main_english}"
         if english in taken:
             continue

@@ -355,7 +355,8 @@ def stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, a
         agrees" (the main verb in the subject's number), "verb attracted"
         (only in the nearer noun's number) and "verb number" (of the outputs
         that end in any intransitive verb, whatever the verb, those in the
-        subject's number) to a fraction; the sentence and verb
+        subject's number) and "ends in a verb" (the outputs "verb number"
+        counts) to a fraction; the sentence and verb
         scores are NaN for stages 1-3, which write one word. Outputs are the
         model's translations of the twins (their first words for stages 1-3).
     """
@@ -365,7 +366,7 @@ def stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, a
     firsts = first_tokens(model, sentences, source_tokenizer, target_tokenizer)
     first_right = [a == b for a, b in zip(firsts, first_words, strict=True)]
     scores = {"first word": float(np.mean(first_right)), "first word, both twins": _both_right(first_right, differing)}
-    verb_scores = ["verb agrees", "verb attracted", "verb number"]
+    verb_scores = ["verb agrees", "verb attracted", "verb number", "ends in a verb"]
     whole = ["sentence", "sentence, both twins", "test split"] + verb_scores * bool(agreement)
     if not reads_whole_target(model):
         return scores | dict.fromkeys(whole, np.nan), firsts
@@ -383,12 +384,13 @@ def stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, a
         scores["verb agrees"] = float(np.mean([r in w for w, (*_, r, _) in zip(written, agreement, strict=True)]))
         attracted = [wrong in w and r not in w for w, (*_, r, wrong) in zip(written, agreement, strict=True)]
         scores["verb attracted"] = float(np.mean(attracted))
-        plural = {verb.spanish_plural for verb in INTRANSITIVE}
-        verbs = plural | {verb.spanish for verb in INTRANSITIVE}
+        plural = {form for verb in INTRANSITIVE for form in (verb.spanish_plural, verb.spanish_past_plural)}
+        verbs = plural | {form for verb in INTRANSITIVE for form in (verb.spanish, verb.spanish_past)}
         ends = [
             (w[-1] in plural, r in plural)
             for w, (*_, r, _) in zip(written, agreement, strict=True)
             if w and w[-1] in verbs
         ]
         scores["verb number"] = float(np.mean([said == meant for said, meant in ends])) if ends else np.nan
+        scores["ends in a verb"] = len(ends) / len(agreement)
     return scores, outputs
