@@ -13,10 +13,10 @@ from matplotlib.ticker import MaxNLocator
 
 from kformer.model_dir import write_atomically
 
-PANELS = [  # (title, [(metric, label), ...])
-    ("loss (label-smoothed)", [("loss", "train"), ("val_loss", "validation")]),
-    ("token accuracy", [("accuracy", "train"), ("val_accuracy", "validation")]),
-    ("validation translations", [("val_bleu", "BLEU"), ("val_chrf", "chrF")]),
+PANELS = [  # (title, y-axis label, [(metric, label), ...])
+    ("loss (label-smoothed)", "cross-entropy", [("loss", "train"), ("val_loss", "validation")]),
+    ("token accuracy", "share of tokens right", [("accuracy", "train"), ("val_accuracy", "validation")]),
+    ("validation translations", "score (0-100)", [("val_bleu", "BLEU"), ("val_chrf", "chrF")]),
 ]
 
 
@@ -24,15 +24,16 @@ def learning_curves(history, path):
     """Saves loss and token accuracy per epoch, training against validation, and the validation
     translations' BLEU and chrF, as a PNG: a panel for each recorded (the multi-worker loop records no
     accuracy, a run without validation no BLEU)."""
-    panels = [(title, [(m, label) for m, label in series if m in history]) for title, series in PANELS]
-    panels = [(title, series) for title, series in panels if series]
+    panels = [(title, y, [(m, label) for m, label in series if m in history]) for title, y, series in PANELS]
+    panels = [(title, y, series) for title, y, series in panels if series]
     if not panels:
         raise ValueError(f"no loss, accuracy or BLEU to draw, only {sorted(history)}.")
     figure = Figure(figsize=(5 * len(panels), 4))
-    for axis, (title, series) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
+    for axis, (title, y, series) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         for metric, label in series:
             axis.plot(range(1, len(history[metric]) + 1), history[metric], marker="o", label=label)
         axis.set_xlabel("epoch")
+        axis.set_ylabel(y)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_title(title)
         axis.grid(alpha=0.3)
