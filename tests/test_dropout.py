@@ -65,3 +65,18 @@ def test_without_the_xla_check_it_is_keras_dropout_under_xla(monkeypatch):
     kept = compiled_dropout(Dropout(0.1, seed=3), (32, 32)).numpy()
     kept = kept[kept != 0]
     np.testing.assert_allclose(kept, 1 / 0.9, rtol=1e-6)  # Keras' scale
+
+
+def test_identity_when_training_is_not_said():
+    """Called outside `fit` without `training`, as a user would in a notebook: inference, nothing dropped."""
+    x = tf.random.normal((4, 5, 6))
+    layer = Dropout(0.5, seed=2)
+    np.testing.assert_array_equal(layer(x), x)
+    np.testing.assert_array_equal(tf.function(layer, jit_compile=True)(x), x)
+
+
+def test_masks_under_xla_follow_the_layers_seed():
+    """Two layers seeded alike drop the same elements; another seed drops others."""
+    first, again, other = (compiled_dropout(Dropout(0.5, seed=seed), (64, 64)).numpy() == 0 for seed in (4, 4, 5))
+    np.testing.assert_array_equal(first, again)
+    assert 0.4 < (first != other).mean() < 0.6
