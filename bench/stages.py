@@ -11,7 +11,7 @@ error bars read. Seed 0 is the chapter's own run. About 18 minutes for 3 seeds o
 `--corpus harder` trains only stage 0 (the GRU) and stage 7 on the harder corpus, whose past
 tense hides the verb's number in English, and scores the verbs on past-tense agreement
 sentences ("the cats that the girl saw slept" -> "durmieron"): seed 000's memory across a
-clause, which the default corpus's present tense cannot test. About 5 minutes for 3 seeds.
+clause, which the default corpus's present tense cannot test. About 3 minutes for 3 seeds.
 
     python bench/stages.py [--seeds 3] [--corpus default|harder] [--out FILE]
 """

@@ -1,5 +1,7 @@
 """The built-in English -> Spanish corpus."""
 
+import hashlib
+import json
 import re
 
 import pytest
@@ -175,7 +177,7 @@ def test_the_harder_corpus_hides_the_verbs_number_in_english_and_shows_it_in_spa
     for english, spanish in in_past:
         words = english.split()
         if words[-1] not in past or past[words[-1]] not in INTRANSITIVE:
-            continue  # the main verb ends the sentence: no object, no place
+            continue  # only sentences that end in their main verb (no object, no place) are checked
         nouns = [english_nouns[word] for word in words if word in english_nouns]
         plural, attracted = nouns[0], len(nouns) > 1 and nouns[1] != nouns[0]
         verb = past[words[-1]]
@@ -184,3 +186,22 @@ def test_the_harder_corpus_hides_the_verbs_number_in_english_and_shows_it_in_spa
     assert min(checked.values()) > 100, checked
     test_words = {word for english, spanish in harder["test"] for word in f"{english} {spanish}".split()}
     assert test_words <= {word for english, spanish in harder["train"] for word in f"{english} {spanish}".split()}
+    # The same, spelled out, where no relative clause stands between: "the cats slept" -> "... durmieron".
+    ends = {"cats slept": "durmieron", "cat slept": "durmió", "women danced": "bailaron", "woman danced": "bailó"}
+    found = dict.fromkeys(ends, 0)
+    for english, spanish in pairs:
+        for english_end, spanish_verb in ends.items():
+            if english.endswith(f" {english_end}") and " that " not in english:
+                found[english_end] += 1
+                assert spanish.split()[-1] == spanish_verb, (english, spanish)
+    assert min(found.values()) > 0, found
+
+
+def test_the_harder_mode_leaves_the_default_corpus_as_it_was():
+    """Every result recorded on the default corpus stands: its bytes are those of release a1770db."""
+    splits = builtin_splits()
+    train = [english for english, _ in splits["train"]]
+    digest = hashlib.sha256(json.dumps(splits).encode()).hexdigest()
+    assert digest == "b39f0d2c2005dd13559db72186c5364d147bc42f6c1213fce40961f770bef5e1"
+    digest = hashlib.sha256(json.dumps(agreement_pairs(200, exclude=train)).encode()).hexdigest()
+    assert digest == "088baa74b6da2823069119500ab231425825ec00460f5ce78ef0a37dcf65a2ad"

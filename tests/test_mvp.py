@@ -236,8 +236,9 @@ def test_stage_scores_count_twins_sentences_and_verbs_as_documented(monkeypatch)
         ("h", "q come", "come", "comen"),
         ("i", "r baila", "baila", "bailan"),
         ("j", "s salta", "salta", "saltan"),
-        ("k", "u durmieron", "durmieron", "durmió"),  # the past tense: durmieron is plural too
+        ("k", "u durmieron", "durmieron", "durmió"),  # the past tense: plural subjects, durmió the attractor's
         ("l", "v camina", "camina", "caminan"),
+        ("m", "w durmieron", "durmieron", "durmió"),
     ]
     canned = {
         "a b": "el x",
@@ -250,8 +251,9 @@ def test_stage_scores_count_twins_sentences_and_verbs_as_documented(monkeypatch)
         "h": "q comen",
         "i": "r nada",
         "j": "s saltan salta",  # both forms: it agrees, and is not attracted
-        "k": "u durmieron",  # agrees: 3 of 6 (g, j, k); attracted: 1 of 6 (h)
-        "l": "v el gato",  # ends in no verb: 5 of 6 do
+        "k": "u durmió",  # attracted, in the past: attracted 2 of 7 (h, k)
+        "l": "v el gato",  # ends in no verb: 6 of 7 do
+        "m": "w durmieron",  # agrees: 3 of 7 (g, j, m)
     }
     monkeypatch.setattr(mvp, "reads_whole_target", lambda model: True)
     monkeypatch.setattr(mvp, "translate", lambda model, sentences, *_: [canned[s] for s in sentences])
@@ -264,10 +266,10 @@ def test_stage_scores_count_twins_sentences_and_verbs_as_documented(monkeypatch)
         "sentence": 0.75,
         "sentence, both twins": 0.5,
         "test split": 0.5,
-        "verb agrees": 0.5,
-        "verb attracted": pytest.approx(1 / 6),
-        "verb number": 0.8,  # duermen and durmieron plural, nada and salta singular, as their subjects; not comen
-        "ends in a verb": pytest.approx(5 / 6),
+        "verb agrees": pytest.approx(3 / 7),
+        "verb attracted": pytest.approx(2 / 7),
+        "verb number": pytest.approx(4 / 6),  # duermen, nada, salta, durmieron as their subjects; not comen, durmió
+        "ends in a verb": pytest.approx(6 / 7),
     }
 
 

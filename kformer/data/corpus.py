@@ -151,7 +151,7 @@ TRANSITIVE = [
         "watches watch mira miran watched miró miraron",
         "finds find encuentra encuentran found encontró encontraron",
         "follows follow sigue siguen followed siguió siguieron",
-        "wants want quiere quieren wanted quería querían",
+        "wants want quiere quieren wanted quería querían",  # want and have: the imperfect, as Spanish says them
         "has have tiene tienen had tenía tenían",
         "carries carry lleva llevan carried llevó llevaron",
     ]
@@ -373,7 +373,7 @@ def agreement_pairs(count=200, seed=0, exclude=(), past=False):
         the Spanish main verb and `wrong` the same verb in the attractor's
         number.
     """
-    rng = random.Random(f"agreement-{seed}" + "-past" * past)
+    rng = random.Random(f"agreement-{seed}-past" if past else f"agreement-{seed}")
     held_out = held_out_pairs(seed)
     taken = set(exclude)
     sentences = []

@@ -346,17 +346,18 @@ def stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, a
         twins: `role_swap_pairs` output, (english, spanish) pairs where pair 2i
             and 2i + 1 are the same words in another order.
         test_pairs: (english, spanish) pairs for whole-sentence accuracy.
-        agreement: `agreement_pairs` output, for the three verb scores.
+        agreement: `agreement_pairs` output (present or past tense), for the
+            four verb scores.
 
     Returns:
-        `(scores, outputs)`: scores maps "first word", "first word, both twins"
-        (over the twin pairs whose first Spanish words differ), "sentence",
-        "sentence, both twins", "test split", and, given `agreement`, "verb
-        agrees" (the main verb in the subject's number), "verb attracted"
-        (only in the nearer noun's number) and "verb number" (of the outputs
-        that end in any intransitive verb, whatever the verb, those in the
-        subject's number) and "ends in a verb" (the outputs "verb number"
-        counts) to a fraction; the sentence and verb
+        `(scores, outputs)`. Scores, each a fraction: "first word", "first
+        word, both twins" (over the twin pairs whose first Spanish words
+        differ), "sentence", "sentence, both twins", "test split"; given
+        `agreement`, also "verb agrees" (the main verb in the subject's
+        number), "verb attracted" (only in the nearer noun's number), "verb
+        number" (of the outputs that end in any intransitive verb, whatever
+        the verb, those in the subject's number) and "ends in a verb" (the
+        share of outputs that "verb number" counts). The sentence and verb
         scores are NaN for stages 1-3, which write one word. Outputs are the
         model's translations of the twins (their first words for stages 1-3).
     """

@@ -24,16 +24,19 @@ def learning_curves(history, path):
     """Saves loss and token accuracy per epoch, training against validation, and the validation
     translations' BLEU and chrF, as a PNG: a panel for each recorded (the multi-worker loop records no
     accuracy, a run without validation no BLEU)."""
-    panels = [(title, y, [(m, label) for m, label in series if m in history]) for title, y, series in PANELS]
-    panels = [(title, y, series) for title, y, series in panels if series]
+    panels = [
+        (title, y_label, [(metric, label) for metric, label in series if metric in history])
+        for title, y_label, series in PANELS
+    ]
+    panels = [(title, y_label, series) for title, y_label, series in panels if series]
     if not panels:
         raise ValueError(f"no loss, accuracy or BLEU to draw, only {sorted(history)}.")
     figure = Figure(figsize=(5 * len(panels), 4))
-    for axis, (title, y, series) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
+    for axis, (title, y_label, series) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         for metric, label in series:
             axis.plot(range(1, len(history[metric]) + 1), history[metric], marker="o", label=label)
         axis.set_xlabel("epoch")
-        axis.set_ylabel(y)
+        axis.set_ylabel(y_label)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_title(title)
         axis.grid(alpha=0.3)
