@@ -28,7 +28,8 @@ def main():
     cases = [("built-in, 300 tokens", builtin_splits()["train"], 300)]
     if args.corpus.is_file():
         pairs = read_pairs(args.corpus)
-        cases += [(f"spa-eng {n // 1000}k pairs, 8000 tokens", pairs[:n], 8000) for n in (10_000, 30_000, 60_000)]
+        sizes = (10_000, 30_000, 60_000, len(pairs))
+        cases += [(f"spa-eng {n // 1000}k pairs, 8000 tokens", pairs[:n], 8000) for n in sizes]
     else:
         print(f"{args.corpus}: absent, so only the built-in corpus is timed.")
     print("| corpus | distinct target words | side by side (s) | one at a time (s) | the rule picks |")
