@@ -10,7 +10,9 @@ worktree of an older commit), and reports:
 - steps/s: training steps a second over the second half of the steps (the first half
   includes an XLA compilation for each length bucket), measured by a callback this script
   adds to model.fit (the only thing it changes);
-- steps: training steps run in the budget.
+- steps: training steps run in the budget;
+- before the first step: what the command printed until then, each line with the seconds
+  since launch when it was printed (where the time goes).
 
 Make the corpora with bench/make_corpus.py.
 
@@ -52,6 +54,18 @@ def timed_fit(self, *args, callbacks=None, **kwargs):
     return fit(self, *args, callbacks=[Clock(), *(callbacks or [])], **kwargs)
 
 keras.Model.fit = timed_fit
+
+class Stamped:  # the time each line of the preparation's progress was printed
+    def __init__(self, stream):
+        self.stream = stream
+    def write(self, text):
+        if text.strip() and "\b" not in text and "\r" not in text and "━" not in text and "first_step" not in marks:
+            marks.setdefault("lines", []).append([time.time(), text.strip()[:120]])
+        return self.stream.write(text)
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+sys.stdout = Stamped(sys.stdout)
 from kformer.cli import main
 try:
     main(sys.argv[2:])
@@ -86,6 +100,7 @@ def run(data, checkout, minutes, extra):
         "steps_per_s": None,
         "total_s": round(ended - launched, 1),
     }
+    report["before_the_first_step"] = [f"{at - launched:6.1f} s  {line}" for at, line in marks.get("lines", [])]
     times = marks.get("times", [])
     if len(times) > 40:  # the second half: by then XLA has compiled each bucket's shape
         half = len(times) // 2
