@@ -116,9 +116,9 @@ def main():
     parser.add_argument("data")
     parser.add_argument("--checkout", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     parser.add_argument("--minutes", type=float, default=3.0)
-    parser.add_argument("extra", nargs="*", help="more `kformer train` flags, after --")
-    args = parser.parse_args()
-    print(json.dumps(run(args.data, args.checkout, args.minutes, args.extra), indent=1))
+    args, extra = parser.parse_known_args()  # more `kformer train` flags, after --
+    extra = extra[1:] if extra[:1] == ["--"] else extra
+    print(json.dumps(run(args.data, args.checkout, args.minutes, extra), indent=1))
 
 
 if __name__ == "__main__":

@@ -78,13 +78,15 @@ def make_dataset(
     batch_tokens=None,
     shuffle_buffer=500_000,
 ):
-    """The tf.data pipeline: tokenize, truncate, teacher forcing, shuffle, bucket, pad.
+    """The tf.data pipeline: tokenize, truncate, teacher forcing, shuffle, bucket, pad (a stream: shuffle first).
 
     A list of pairs is tokenized at once; a `TrainingStream` as it is read,
     in batches of 1024 pairs tokenized in parallel, each epoch (its
     batches are not counted: give it `repeat`). Either is shuffled in a
     buffer of `shuffle_buffer` pairs, or of all of them when they are fewer:
-    the buffer, not the corpus, bounds the memory a stream takes.
+    the buffer, not the corpus, bounds the memory a stream takes. A stream
+    is shuffled as text, before it is tokenized, so that its buffer fills
+    as fast as lines are read.
 
     Pairs of similar length are batched together (buckets `bucket_width`
     tokens wide) and padded with 0 only to their bucket's edge, so a batch of
@@ -105,7 +107,12 @@ def make_dataset(
                 yield tuple(np.array(side, dtype=object) for side in zip(*chunk, strict=True))
 
         text = tf.data.Dataset.from_generator(chunks, output_signature=(tf.TensorSpec((None,), tf.string),) * 2)
-        dataset = text.map(
+        text = text.unbatch()
+        if shuffle:  # the text, before tokenizing: the buffer fills as fast as lines are read, and holds less
+            text = text.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            text = text.repeat()
+        dataset = text.batch(1024).map(
             lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
@@ -118,11 +125,11 @@ def make_dataset(
         target_ids = target_tokenizer.tokenize(tf.constant(targets))
         dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
     dataset = dataset.map(lambda s, t: teacher_forcing(s, t, max_length), num_parallel_calls=tf.data.AUTOTUNE)
-    if shuffle:
-        buffer = shuffle_buffer if streamed else min(shuffle_buffer, len(pairs))
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
+    if not streamed:
+        if shuffle:
+            dataset = dataset.shuffle(min(shuffle_buffer, len(pairs)), seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            dataset = dataset.repeat()
     boundaries = bucket_boundaries(max_length, bucket_width)
     dataset = dataset.bucket_by_sequence_length(
         element_length_func=lambda inputs, labels: tf.maximum(tf.shape(inputs[0])[0], tf.shape(labels)[0]),
