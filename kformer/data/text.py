@@ -12,7 +12,6 @@ Choices, so output reads as text:
 - Ids 0-3 are reserved: [PAD], [UNK], [START], [END].
 """
 
-import bisect
 import collections
 import os
 import pickle
@@ -20,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
@@ -109,12 +109,13 @@ def learn_wordpiece(word_counts, vocab_size):
         for start in range(len(word)):
             for end in range(start + 1, len(word) + 1):
                 substrings[("##" if start else "") + word[start:end]] += count
-    by_count = sorted(substrings.values())
+    by_count = np.sort(np.fromiter(substrings.values(), np.int64, len(substrings)))
+    del substrings  # millions of keys on a large sample: not held while the learner learns
     bound_above = len(RESERVED_TOKENS) + 2 * len(learner.extract_char_tokens(words))
     slack = params.slack_ratio * vocab_size
     while True:  # learner.learn_binary_search, as a loop
         thresh = (upper + lower) // 2
-        most = bound_above + len(by_count) - bisect.bisect_left(by_count, thresh)
+        most = bound_above + len(by_count) - int(np.searchsorted(by_count, thresh))
         last = lower >= upper or thresh <= 1
         if vocab_size - most > slack and not last:
             upper = thresh - 1  # too few, certainly: the learner would learn them and search below
