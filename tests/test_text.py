@@ -105,15 +105,22 @@ def test_a_vocabulary_needs_words_and_says_so(sentences, error, message):
 def test_vocabularies_learned_side_by_side_are_those_learned_one_at_a_time(monkeypatch):
     import subprocess
 
+    import kformer.data.text
+
     english = [f"the {word} sees the {other}" for word in ("cat", "dog", "man") for other in ("bird", "fish")] * 5
     spanish = [f"el {word} ve al {other}" for word in ("gato", "perro", "hombre") for other in ("ave", "pez")] * 5
     one_at_a_time = [build_vocabulary(english, 60), build_vocabulary(spanish, 40)]
     started, popen = [], subprocess.Popen
     monkeypatch.setattr(subprocess, "Popen", lambda *args, **kwargs: started.append(args) or popen(*args, **kwargs))
+    here = []  # the sizes of the vocabularies learned in this process
+    monkeypatch.setattr(
+        kformer.data.text, "build_vocabulary", lambda s, size: here.append(size) or build_vocabulary(s, size)
+    )
+    assert build_vocabularies([(english, 60), (spanish, 40)], side_by_side_from=7) == one_at_a_time
+    # The Spanish one (8 distinct words, the slower) here; the English one (7) in a process of its own.
+    assert len(started) == 1 and here == [40]
     assert build_vocabularies([(english, 60), (spanish, 40)], side_by_side_from=8) == one_at_a_time
-    assert len(started) == 1  # the Spanish one (8 distinct words), in a process of its own
-    assert build_vocabularies([(english, 60), (spanish, 40)], side_by_side_from=9) == one_at_a_time
-    assert len(started) == 1  # too few words to be worth a process
+    assert len(started) == 1 and here == [40, 60, 40]  # too few words to be worth a process
     with pytest.raises(ValueError, match="no words to learn a vocabulary from: 2 sentences"):
         build_vocabularies([(english, 60), (["", " "], 40)])
 

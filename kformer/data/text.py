@@ -147,41 +147,44 @@ def build_vocabularies(corpora, side_by_side_from=SIDE_BY_SIDE_FROM):
     """[build_vocabulary(sentences, size) for sentences, size in corpora], the large ones learned at the same time.
 
     tensorflow-text's WordPiece learner is pure Python, so threads would take
-    turns: every vocabulary but the first whose sentences hold at least
-    `side_by_side_from` distinct (space-separated) words is learned in a
-    Python process of its own (a fresh one, which imports kformer again),
-    the others in this one. Two large vocabularies on two cores take the
-    time of one.
+    turns: the vocabulary of the most distinct (space-separated) words, the
+    slowest to learn, is learned in this process; every other one whose
+    sentences hold at least `side_by_side_from` distinct words in a Python
+    process of its own (a fresh one, which imports kformer again, so it
+    starts seconds late: it gets the smaller job), the rest in this one.
+    Two large vocabularies on two cores take the time of one.
 
     Raises:
         ValueError: a list without a word (checked before any learning starts).
     """
     corpora = [(check_sentences(sentences), size) for sentences, size in corpora]
+    words = [len({word for text in sentences for word in text.split()}) for sentences, _ in corpora]
+    here = words.index(max(words))
     env = {
         **os.environ,
         "TF_CPP_MIN_LOG_LEVEL": "3",
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]),
     }
-    learners = {}  # {index in corpora: its process}
+    processes = {}  # {index in corpora: the process learning it}
     try:
         for index, corpus in enumerate(corpora):
-            if index == 0 or len({word for text in corpus[0] for word in text.split()}) < side_by_side_from:
+            if index == here or words[index] < side_by_side_from:
                 continue
             pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            learners[index] = subprocess.Popen([sys.executable, "-c", _LEARNER], env=env, **pipes)
-            learners[index].stdin.write(pickle.dumps(corpus))  # read at once: the learner imports TensorFlow after
-            learners[index].stdin.flush()
-        vocabularies = [None if index in learners else build_vocabulary(*c) for index, c in enumerate(corpora)]
-        for index, learner in learners.items():
-            result, errors = learner.communicate()
-            if learner.returncode != 0:
+            processes[index] = subprocess.Popen([sys.executable, "-c", _LEARNER], env=env, **pipes)
+            processes[index].stdin.write(pickle.dumps(corpus))  # read at once: the learner imports TensorFlow after
+            processes[index].stdin.flush()
+        vocabularies = [None if index in processes else build_vocabulary(*c) for index, c in enumerate(corpora)]
+        for index, process in processes.items():
+            result, errors = process.communicate()
+            if process.returncode != 0:
                 raise RuntimeError(f"the process learning a vocabulary failed: {errors.decode()[-2000:]}")
             vocabularies[index] = pickle.loads(result)
         return vocabularies
     finally:
-        for learner in learners.values():
-            learner.kill()
-            learner.wait()
+        for process in processes.values():
+            process.kill()
+            process.wait()
 
 
 class Tokenizer(tf.Module):
