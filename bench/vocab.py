@@ -1,20 +1,23 @@
-"""Learning a translator's two vocabularies: side by side (the second in a process of its own) or one at a time.
+"""Learning a translator's two vocabularies: side by side (the smaller in a process of its own) or one at a time.
 
 A second process costs a TensorFlow import (seconds) before it learns anything, so it pays
-only for corpora with many distinct words; `kformer.data.text.SIDE_BY_SIDE_FROM` draws that
-line. This times both ways on the built-in corpus and on samples of the shared spa-eng
-corpus (skipped when absent), alternating, and gives the median of each and what the rule picks.
+only when the side it learns (the one of fewer distinct words) holds many;
+`kformer.data.text.SIDE_BY_SIDE_FROM` draws that line. This times both ways on the built-in
+corpus, on samples of the shared spa-eng corpus (skipped when absent) and, with --joined, on
+the first 200,000 pairs of a `bench/make_corpus.py` file (what `kformer train` learns from a
+large file), alternating, and gives the median of each and what the rule picks.
 
-    python bench/vocab.py [--rounds 3] [--corpus ../shared/corpora/spa-eng/spa-eng.zip]
+    python bench/vocab.py [--rounds 3] [--corpus ../shared/corpora/spa-eng/spa-eng.zip] [--joined FILE]
 """
 
 import argparse
+import itertools
 import statistics
 import time
 from pathlib import Path
 
 from kformer.data.corpus import builtin_splits
-from kformer.data.pairs import read_pairs
+from kformer.data.pairs import PairFile, read_pairs
 from kformer.data.text import SIDE_BY_SIDE_FROM, build_vocabularies
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "spa-eng" / "spa-eng.zip"
@@ -24,6 +27,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--corpus", type=Path, default=SHARED)
+    parser.add_argument("--joined", type=Path, help="a bench/make_corpus.py file: its first 200,000 pairs")
     args = parser.parse_args()
     cases = [("built-in, 300 tokens", builtin_splits()["train"], 300)]
     if args.corpus.is_file():
@@ -32,7 +36,10 @@ def main():
         cases += [(f"spa-eng {n // 1000}k pairs, 8000 tokens", pairs[:n], 8000) for n in sizes]
     else:
         print(f"{args.corpus}: absent, so only the built-in corpus is timed.")
-    print("| corpus | distinct target words | side by side (s) | one at a time (s) | the rule picks |")
+    if args.joined:
+        joined = list(itertools.islice(iter(PairFile(args.joined)), 200_000))
+        cases.append((f"{args.joined.name}, first 200k pairs, 8000 tokens", joined, 8000))
+    print("| corpus | distinct source / target words | side by side (s) | one at a time (s) | the rule picks |")
     print("| --- | --- | --- | --- | --- |")
     for name, pairs, size in cases:
         corpora = [([s for s, _ in pairs], size), ([t for _, t in pairs], size)]
@@ -42,10 +49,10 @@ def main():
                 start = time.perf_counter()
                 build_vocabularies(corpora, side_by_side_from=threshold)
                 spent.append(time.perf_counter() - start)
-        words = len({word for text in corpora[1][0] for word in text.split()})
-        picked = "side by side" if words >= SIDE_BY_SIDE_FROM else "one at a time"
+        words = [len({word for text in sentences for word in text.split()}) for sentences, _ in corpora]
+        picked = "side by side" if min(words) >= SIDE_BY_SIDE_FROM else "one at a time"
         apart, together = (statistics.median(times[t]) for t in (0, 10**12))
-        print(f"| {name} | {words:,} | {apart:.2f} | {together:.2f} | {picked} |", flush=True)
+        print(f"| {name} | {words[0]:,} / {words[1]:,} | {apart:.2f} | {together:.2f} | {picked} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -135,12 +135,10 @@ pickle.dump(build_vocabulary(sentences, size), sys.stdout.buffer)
 """
 
 
-# A vocabulary (after the first) is learned in a process of its own when its sentences hold this many distinct
-# words; below, in this process after the first: a process starts by importing TensorFlow, which costs more
-# than it saves on small corpora (2 cores, seconds for both, one process against two: 0.65 against 4.56 on the
-# built-in corpus, 3.72 against 7.54 on 30,000 spa-eng pairs (15,120 words), 9.98 against 11.26 on 60,000
-# (24,783), 26 against 23 on all 118,964 (44,585); `python bench/vocab.py`, bench/RESULTS.md).
-SIDE_BY_SIDE_FROM = 30_000
+# A vocabulary (not the one of the most words) is learned in a process of its own when its sentences hold this many
+# distinct words; below, in this process: a process starts by importing TensorFlow, which costs more than it saves
+# on small corpora (`python bench/vocab.py`, bench/RESULTS.md, "The first step, 2026-12-03 evening").
+SIDE_BY_SIDE_FROM = 12_000
 
 
 def build_vocabularies(corpora, side_by_side_from=SIDE_BY_SIDE_FROM):
