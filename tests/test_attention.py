@@ -16,6 +16,7 @@ from kformer import (
     MultiHeadSelfAttention,
     PositionalEmbedding,
     attention_scores,
+    combine_masks,
     make_causal_mask,
     scaled_dot_product_attention,
 )
@@ -240,6 +241,16 @@ def test_causal_mask_layer_is_lower_triangular_and_combines_with_padding():
         warnings.simplefilter("error")
         implicit = to_numpy(CausalMask()(PositionalEmbedding(10, 4)(np.array([[3, 4, 0, 0]], "int32"))))
     np.testing.assert_array_equal(implicit[0], np.tril(np.ones((4, 4), bool)) & [True, True, False, False])
+
+
+def test_masks_come_out_boolean_and_a_causal_mask_may_hold_no_query():
+    """`combine_masks` gives booleans whatever it is given (ints here), even from one mask; a causal mask of
+    length 0 (no new query) is allowed, with its key axis as asked."""
+    combined = to_numpy(combine_masks(np.array([[1, 0, 2]], "int32")))
+    assert combined.dtype == bool and combined.tolist() == [[True, False, True]]
+    assert combine_masks(None, None) is None
+    assert tuple(make_causal_mask(0).shape) == (1, 0, 0)
+    assert tuple(make_causal_mask(0, key_length=3).shape) == (1, 0, 3)
 
 
 def test_attention_keeps_softmax_in_float32_under_mixed_precision():
