@@ -9,6 +9,7 @@ from kformer import (
     MultiHeadSelfAttention,
     PositionalEmbedding,
     TransformerBlock,
+    attention_scores,
     make_causal_mask,
     scaled_dot_product_attention,
     sinusoidal_encoding,
@@ -78,3 +79,29 @@ def test_head_dim_allows_any_width():
 def test_bad_inputs(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def traced(function, *shapes):
+    """`function` traced on float32 inputs of `shapes` (None: known only when it runs)."""
+    import tensorflow as tf
+
+    return tf.function(function, input_signature=[tf.TensorSpec(shape) for shape in shapes]).get_concrete_function()
+
+
+def test_attention_names_a_last_dimension_known_only_at_run_time_or_unequal_beside_an_unknown_length():
+    with pytest.raises(ValueError, match=r"attention needs a static last dimension for `query`, got shape"):
+        traced(attention_scores, (1, 4, None), (1, 3, 8))
+    with pytest.raises(ValueError, match=r"query and key must have the same last dimension \(d_k\)"):
+        traced(attention_scores, (None, None, 8), (None, None, 6))  # the key's length unknown until it runs
+
+
+def test_attention_scores_are_float32_whatever_keras_float_type():
+    import keras
+
+    floatx = keras.config.floatx()
+    keras.config.set_floatx("float16")
+    try:
+        scores = attention_scores(np.ones((1, 2, 4), "float16"), np.ones((1, 3, 4), "float16"))
+    finally:
+        keras.config.set_floatx(floatx)
+    assert keras.backend.standardize_dtype(scores.dtype) == "float32"
