@@ -145,6 +145,13 @@ def test_scaling_keeps_score_variance_near_one(d_k):
     assert scores.var() == pytest.approx(1.0, rel=0.1)
 
 
+@pytest.mark.parametrize("scale", [0.5, 3.0])
+def test_a_given_scale_multiplies_the_dot_products(scale):
+    q, k = random_normal(2, 3, 4), random_normal(2, 5, 4)
+    expected = scale * q @ np.swapaxes(k, -1, -2)
+    np.testing.assert_allclose(to_numpy(attention_scores(q, k, scale)), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_scaled_dot_product_attention_equals_numpy():
     q, k, v = random_normal(2, 3, 5, 8), random_normal(2, 3, 7, 8), random_normal(2, 3, 7, 6)
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(8)
