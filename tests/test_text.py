@@ -121,6 +121,7 @@ def test_vocabularies_learned_side_by_side_are_those_learned_one_at_a_time(monke
     assert len(started) == 1 and here == [40]
     assert build_vocabularies([(english, 60), (spanish, 40)], side_by_side_from=8) == one_at_a_time
     assert len(started) == 1 and here == [40, 60, 40]  # too few words to be worth a process
+    assert build_vocabularies([]) == []  # what a resumed run asks, its vocabularies written already
     with pytest.raises(ValueError, match="no words to learn a vocabulary from: 2 sentences"):
         build_vocabularies([(english, 60), (["", " "], 40)])
 

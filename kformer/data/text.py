@@ -157,7 +157,7 @@ def build_vocabularies(corpora, side_by_side_from=SIDE_BY_SIDE_FROM):
     """
     corpora = [(check_sentences(sentences), size) for sentences, size in corpora]
     words = [len({word for text in sentences for word in text.split()}) for sentences, _ in corpora]
-    here = words.index(max(words))
+    here = words.index(max(words)) if words else None  # none: every vocabulary was already learned
     env = {
         **os.environ,
         "TF_CPP_MIN_LOG_LEVEL": "3",
