@@ -108,7 +108,7 @@ def make_dataset(
 
         text = tf.data.Dataset.from_generator(chunks, output_signature=(tf.TensorSpec((None,), tf.string),) * 2)
         text = text.unbatch()
-        if shuffle:  # the text, before tokenizing: the buffer fills as fast as lines are read, and holds less
+        if shuffle:  # the text, before tokenizing: the buffer fills as fast as lines are read
             text = text.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         if repeat:
             text = text.repeat()

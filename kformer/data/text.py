@@ -92,7 +92,7 @@ def learn_wordpiece(word_counts, vocab_size):
     short of the 5% is answered "too few" without learning, as the learner
     would have answered it. The search takes the learner's path and returns
     its result, with half to nine tenths of the probes skipped on Tatoeba-like
-    text (`python bench/wordpiece.py`: 2.1-9x faster).
+    text (`python bench/wordpiece.py`, 8,000 tokens: 2-9x faster).
     """
     # The learner's defaults, named.
     params = learner.Params(
@@ -150,14 +150,15 @@ def build_vocabularies(corpora, side_by_side_from=SIDE_BY_SIDE_FROM):
     sentences hold at least `side_by_side_from` distinct words in a Python
     process of its own (a fresh one, which imports kformer again, so it
     starts seconds late: it gets the smaller job), the rest in this one.
-    Two large vocabularies on two cores take the time of one.
+    Two large vocabularies on two cores take about the time of the larger one
+    and a TensorFlow import, not the time of both.
 
     Raises:
         ValueError: a list without a word (checked before any learning starts).
     """
     corpora = [(check_sentences(sentences), size) for sentences, size in corpora]
     words = [len({word for text in sentences for word in text.split()}) for sentences, _ in corpora]
-    here = words.index(max(words)) if words else None  # none: every vocabulary was already learned
+    here = words.index(max(words)) if words else None  # no corpora given (a resumed run has its vocabularies)
     env = {
         **os.environ,
         "TF_CPP_MIN_LOG_LEVEL": "3",
