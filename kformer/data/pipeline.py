@@ -65,6 +65,13 @@ def batches_per_epoch(pairs, source_tokenizer, target_tokenizer, batch_size=64, 
     return max(1, sum(math.ceil(count / size) for count, size in zip(counts, sizes, strict=True)))
 
 
+def _ordered(dataset, buffer, repeat, seed):
+    """`dataset` shuffled in a buffer of `buffer` elements (not when None), reshuffled each pass, then repeated."""
+    if buffer is not None:
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    return dataset.repeat() if repeat else dataset
+
+
 def make_dataset(
     pairs,
     source_tokenizer,
@@ -107,11 +114,8 @@ def make_dataset(
                 yield tuple(np.array(side, dtype=object) for side in zip(*chunk, strict=True))
 
         text = tf.data.Dataset.from_generator(chunks, output_signature=(tf.TensorSpec((None,), tf.string),) * 2)
-        text = text.unbatch()
-        if shuffle:  # the text, before tokenizing: the buffer fills as fast as lines are read
-            text = text.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        if repeat:
-            text = text.repeat()
+        # Shuffled as text, before tokenizing: the buffer fills as fast as lines are read.
+        text = _ordered(text.unbatch(), shuffle_buffer if shuffle else None, repeat, seed)
         dataset = text.batch(1024).map(
             lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
             num_parallel_calls=tf.data.AUTOTUNE,
@@ -126,10 +130,7 @@ def make_dataset(
         dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
     dataset = dataset.map(lambda s, t: teacher_forcing(s, t, max_length), num_parallel_calls=tf.data.AUTOTUNE)
     if not streamed:
-        if shuffle:
-            dataset = dataset.shuffle(min(shuffle_buffer, len(pairs)), seed=seed, reshuffle_each_iteration=True)
-        if repeat:
-            dataset = dataset.repeat()
+        dataset = _ordered(dataset, min(shuffle_buffer, len(pairs)) if shuffle else None, repeat, seed)
     boundaries = bucket_boundaries(max_length, bucket_width)
     dataset = dataset.bucket_by_sequence_length(
         element_length_func=lambda inputs, labels: tf.maximum(tf.shape(inputs[0])[0], tf.shape(labels)[0]),
