@@ -177,13 +177,47 @@ def test_sigterm_saves_and_stops_training_like_ctrl_c(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is before  # put back as it was
 
 
-def test_workers_share_a_stream_pair_by_pair(tmp_path, streamed):
-    path = write(tmp_path / "pairs.tsv", corpus_lines(500))
+@pytest.mark.parametrize("count", [2, 3, 7])
+def test_workers_of_a_text_file_read_only_their_part_of_its_bytes(tmp_path, streamed, count):
+    lines = corpus_lines(600)
+    path = write(tmp_path / "pairs.tsv", lines)
+    train = corpus_splits(path, held_out=5, sample_size=10, verbose=0)["train"]
+    everything = list(train)
+    shares = [list(train.share(index, count)) for index in range(count)]
+    assert sum(shares, []) == everything  # in file order, each pair once
+    assert all(abs(len(share) - len(everything) / count) < 0.1 * len(everything) / count for share in shares)
+    assert train.share(0, 1) is train
+    # A bad line in the last part stops only the worker that reads it.
+    lines[-3] = lines[-3].replace("\t", " ")  # the same bytes: the same parts
+    train = corpus_splits(write(tmp_path / "pairs.tsv", lines), held_out=5, sample_size=10, verbose=0)["train"]
+    assert [list(train.share(index, count)) for index in range(count - 1)] == shares[:-1]
+    with pytest.raises(DataError, match=r"pairs.tsv \(its part from byte [\d,]+ to [\d,]+\), line \d+: no tab"):
+        list(train.share(count - 1, count))
+
+
+def test_a_line_on_a_part_boundary_is_read_once(tmp_path):
+    from kformer.data.pairs import PairFile
+
+    path = write(tmp_path / "pairs.tsv", ["a\tA", "bb\tBB", "c\tC"])  # lines start at bytes 0, 4 and 10
+    corpus = PairFile(path)
+    for count in range(1, 15):  # parts ending before, on and after each line's first byte
+        parts = [list(corpus.part(index, count)) for index in range(count)]
+        assert sum(parts, []) == [("a", "A"), ("bb", "BB"), ("c", "C")], count
+
+
+@pytest.mark.parametrize("name", ["pairs.tsv.gz", "aligned"])
+def test_workers_share_a_file_that_cannot_be_entered_midway_pair_by_pair(tmp_path, streamed, name):
+    lines = corpus_lines(500)
+    if name == "aligned":
+        sources = write(tmp_path / "train.en", [line.split("\t")[0] for line in lines])
+        targets = write(tmp_path / "train.es", [line.split("\t")[1] if line else "" for line in lines])
+        path = f"{sources},{targets}"
+    else:
+        path = write(tmp_path / name, lines)
     train = corpus_splits(path, held_out=5, sample_size=10, verbose=0)["train"]
     everything = list(train)
     first, second = list(train.share(0, 2)), list(train.share(1, 2))
     assert first == everything[0::2] and second == everything[1::2]
-    assert train.share(0, 1) is train
 
 
 def test_each_worker_trains_on_its_own_share_of_the_pairs(tokenizer):

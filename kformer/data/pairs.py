@@ -10,6 +10,7 @@ keeps them all in memory, `kformer.data.stream` reads them as training goes.
 """
 
 import contextlib
+import copy
 import gzip
 import hashlib
 import itertools
@@ -92,6 +93,23 @@ class PairFile:
             self.name = f"{path}:{self.member}" if self.member else str(path)
         self.blank = self.extra_fields = self.lines = 0
         self._raw = []
+        self._bytes = None  # (start, end): only the lines that start in these bytes (`part`)
+
+    def part(self, index, count):
+        """Part `index` of `count`: the lines that start in its `count`-th of the file's bytes, read alone.
+
+        The parts hold every line once, and each reads about its share of the
+        bytes (the lines it seeks past are not read). Its line numbers count
+        from its first line. Only a plain text file can be entered midway: for
+        a .gz, a .zip or two aligned files, None.
+        """
+        if len(self.paths) == 2 or self.member or self.paths[0].suffix.lower() == ".gz":
+            return None
+        part = copy.copy(self)
+        part._raw, size = [], self.size
+        part._bytes = start, end = size * index // count, size * (index + 1) // count
+        part.name = f"{self.name} (its part from byte {start:,} to {end:,})"
+        return part
 
     @property
     def size(self):
@@ -140,6 +158,8 @@ class PairFile:
     def _tabbed(self):
         blank = extra = number = 0
         with self._open(self.paths[0]) as lines:
+            if self._bytes is not None:
+                lines = _starting_in(lines, *self._bytes)
             lines = (line for chunk in lines for line in chunk.splitlines())  # \n, \r\n and old Macs' \r
             for number, raw in enumerate(lines, start=1):
                 line = _decode_line(raw, self.name, number)
@@ -181,6 +201,17 @@ class PairFile:
                     raise DataError(f"{empty}, line {number}: empty, but the other file's line {number} is not.")
                 yield tuple(sides)
         self.blank, self.lines = blank, number
+
+
+def _starting_in(raw, start, end):
+    """The lines of the binary file `raw` that start at a byte from `start` up to (not including) `end`."""
+    position = 0
+    if start:
+        raw.seek(start - 1)
+        position = start - 1 + len(raw.readline())  # past the line under way at `start`, which an earlier part reads
+    while position < end and (line := raw.readline()):
+        yield line
+        position += len(line)
 
 
 def read_pairs(path, verbose=0):

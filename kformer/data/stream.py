@@ -52,14 +52,22 @@ class TrainingStream:
         return self._errors[0] if self._errors else None
 
     def share(self, index, count):
-        """Worker `index` of `count`'s share of the pairs: every `count`-th from the `index`-th.
+        """Worker `index` of `count`'s share of the pairs, which it reads alone.
 
-        Each worker reads the whole file; it tokenizes and batches only its share.
+        Of a plain text file: the pairs on the lines that start in the
+        worker's `count`-th of its bytes (`PairFile.part`); the worker reads
+        only those. A .gz, a .zip or two aligned files cannot be entered
+        midway: each worker reads all of it and keeps every `count`-th pair
+        from the `index`-th.
         """
         if count == 1:
             return self
         mine = copy.copy(self)
-        mine._share = (index, count)
+        part = self.corpus.part(index, count)
+        if part is None:
+            mine._share = (index, count)
+        else:
+            mine.corpus = part
         return mine
 
     def __iter__(self):

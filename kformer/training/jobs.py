@@ -311,7 +311,8 @@ def _report(summary, epochs, out, verbose):
 
 
 def _training_data(pairs, source, target, config, translator):
-    """`input_context -> dataset`: the training batches of one worker's share of `pairs` (every n-th pair).
+    """`input_context -> dataset`: the training batches of one worker's share of `pairs` (`TrainingStream.share`;
+    of a list, every n-th pair).
 
     A share's batches hold the per-replica part of `config.batch_size` (or of `batch_tokens`).
     """
