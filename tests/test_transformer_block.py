@@ -86,6 +86,20 @@ def test_block_equals_numpy_transcription(norm_first, decoder):
     np.testing.assert_allclose(actual, expected, atol=2e-5)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_every_layer_norm_uses_the_blocks_epsilon(norm_first):
+    """An epsilon near the variance of what is normalised: each of the three norms' own epsilon shows."""
+    x, context = 0.3 * random_normal(2, 6, 16), random_normal(2, 9, 16)
+    block = TransformerBlock(
+        16, 4, 32, causal=True, cross_attention=True, norm_first=norm_first, layer_norm_epsilon=0.5
+    )
+    block(x, context=context)
+    perturb(block)
+    expected = np_block(block, x, context, decoder=True, norm_first=norm_first, epsilon=0.5)
+    np.testing.assert_allclose(to_numpy(block(x, context=context)), expected, atol=2e-5)
+    assert not np.allclose(expected, np_block(block, x, context, decoder=True, norm_first=norm_first), atol=1e-2)
+
+
 def test_decoder_block_ignores_future_target_tokens():
     block = TransformerBlock(16, 4, 32, dropout=0.0, causal=True, cross_attention=True)
     x, context = random_normal(1, 8, 16), random_normal(1, 5, 16)
@@ -122,6 +136,37 @@ def test_decoder_block_ignores_padded_source_tokens():
         to_numpy(block(x, context=changed, context_padding_mask=source_padding)),
         to_numpy(block(x, context=context, context_padding_mask=source_padding)),
         atol=1e-5,
+    )
+
+
+def test_the_keras_mask_of_its_input_hides_padded_keys_when_no_padding_mask_is_given():
+    """In a functional model (the Embedding's mask), or given as Keras' `mask` argument."""
+    import keras
+
+    tokens = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 0, 0]])
+    embedding, block = keras.layers.Embedding(10, 16, mask_zero=True), TransformerBlock(16, 4, 32)
+    inputs = keras.Input((None,), dtype="int32")
+    model = keras.Model(inputs, block(embedding(inputs)))
+    x = keras.ops.convert_to_tensor(to_numpy(embedding(tokens)))  # the same vectors, no mask attached
+    np.testing.assert_allclose(to_numpy(model(tokens)), to_numpy(block(x, padding_mask=tokens != 0)), atol=1e-6)
+    np.testing.assert_allclose(to_numpy(block(x, mask=tokens != 0)), to_numpy(model(tokens)), atol=1e-6)  # given
+    assert not np.allclose(to_numpy(model(tokens))[1, :3], to_numpy(block(x))[1, :3], atol=1e-3)
+
+
+def test_the_attention_weights_it_returns_are_each_sub_layers_under_its_name():
+    block = TransformerBlock(16, 4, 32, causal=True, cross_attention=True)
+    x, context = random_normal(2, 5, 16), random_normal(2, 7, 16)
+    source_padding = np.arange(7)[None, :] < np.array([[7], [3]])
+    output, weights = block(x, context=context, context_padding_mask=source_padding, return_attention_scores=True)
+    assert sorted(weights) == ["cross_attention", "self_attention"]
+    self_weights, cross_weights = to_numpy(weights["self_attention"]), to_numpy(weights["cross_attention"])
+    assert self_weights.shape == (2, 4, 5, 5) and cross_weights.shape == (2, 4, 5, 7)
+    np.testing.assert_array_equal(np.triu(self_weights, 1), 0)  # causal: no weight on later positions
+    np.testing.assert_array_equal(cross_weights[1, :, :, 3:], 0)  # no weight on padded source positions
+    np.testing.assert_allclose(self_weights.sum(-1), 1, atol=1e-6)
+    np.testing.assert_allclose(cross_weights.sum(-1), 1, atol=1e-6)
+    np.testing.assert_array_equal(
+        to_numpy(output), to_numpy(block(x, context=context, context_padding_mask=source_padding))
     )
 
 
