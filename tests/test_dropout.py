@@ -26,6 +26,14 @@ def test_mask_under_xla_drops_the_rate_and_keeps_the_mean(rate):
     assert abs(output.mean() - 1.0) < 0.01
 
 
+def test_a_rate_near_one_under_xla_keeps_one_in_256_not_none():
+    """0.999 rounds to 256/256; the mask keeps the one level below it, scaled by 256, never 0 * inf."""
+    output = compiled_dropout(Dropout(0.999, seed=1), (256, 256)).numpy()
+    kept = output[output != 0]
+    assert np.isfinite(output).all() and 180 < kept.size < 340  # 65,536 / 256 = 256 expected
+    np.testing.assert_array_equal(kept, 256.0)
+
+
 def test_masks_under_xla_differ_between_calls_and_positions():
     layer = Dropout(0.5, seed=1)
     step = tf.function(lambda x: layer(x, training=True), jit_compile=True)
@@ -43,12 +51,13 @@ def test_is_keras_dropout_outside_xla():
     assert 0.15 < (eager_graph(tf.ones((64, 64))).numpy() == 0).mean() < 0.45
 
 
-def test_identity_when_not_training_and_under_xla():
+@pytest.mark.parametrize("training", [False, "not given"])
+def test_identity_when_not_training_and_under_xla(training):
     x = tf.random.normal((4, 5, 6))
     layer = Dropout(0.5)
-    np.testing.assert_array_equal(layer(x, training=False), x)
-    inference = tf.function(lambda x: layer(x, training=False), jit_compile=True)
-    np.testing.assert_array_equal(inference(x), x)
+    call = (lambda x: layer(x)) if training == "not given" else (lambda x: layer(x, training=False))
+    np.testing.assert_array_equal(call(x), x)
+    np.testing.assert_array_equal(tf.function(call, jit_compile=True)(x), x)
 
 
 def test_the_fast_path_really_runs_under_xla():
