@@ -16,7 +16,8 @@ worktree of an older commit), and reports:
 
 Make the corpora with bench/make_corpus.py.
 
-    python3 bench/stream.py /tmp/corpora/pairs-1m.tsv [--checkout /tmp/before] [--minutes 3] [-- --flag value]
+    python3 bench/stream.py /tmp/corpora/pairs-1m.tsv [--checkout /tmp/before] [--minutes 3] [--stream-above 0]
+        [-- --flag value]
 """
 
 import argparse
@@ -66,21 +67,24 @@ class Stamped:  # the time each line of the preparation's progress was printed
         return getattr(self.stream, name)
 
 sys.stdout = Stamped(sys.stdout)
+if sys.argv[2] != "default":  # --stream-above: where a file is read as a stream instead of into memory
+    import kformer.data.stream
+    kformer.data.stream.STREAM_ABOVE_BYTES = int(sys.argv[2])
 from kformer.cli import main
 try:
-    main(sys.argv[2:])
+    main(sys.argv[3:])
 finally:
     with open(sys.argv[1], "w") as f:
         json.dump(marks, f)
 """
 
 
-def run(data, checkout, minutes, extra):
+def run(data, checkout, minutes, extra, stream_above="default"):
     with tempfile.TemporaryDirectory() as tmp:
         marks_path = os.path.join(tmp, "marks.json")
         data = os.path.abspath(data)
-        command = [sys.executable, "-c", DRIVER, marks_path, "train", "--data", data, "--out", f"{tmp}/model"]
-        command += ["--minutes", str(minutes), *extra]
+        command = [sys.executable, "-c", DRIVER, marks_path, str(stream_above)]
+        command += ["train", "--data", data, "--out", f"{tmp}/model", "--minutes", str(minutes), *extra]
         env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
         launched = time.time()
         # In the checkout, so that `python -c` finds its kformer first (sys.path[0] is the working directory).
@@ -116,9 +120,12 @@ def main():
     parser.add_argument("data")
     parser.add_argument("--checkout", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument(
+        "--stream-above", default="default", help="bytes above which a file is streamed (0: always; default: kformer's)"
+    )
     args, extra = parser.parse_known_args()  # more `kformer train` flags, after --
     extra = extra[1:] if extra[:1] == ["--"] else extra
-    print(json.dumps(run(args.data, args.checkout, args.minutes, extra), indent=1))
+    print(json.dumps(run(args.data, args.checkout, args.minutes, extra, args.stream_above), indent=1))
 
 
 if __name__ == "__main__":
