@@ -104,7 +104,7 @@ def _demo(args):
 def _train(args):
     from kformer.data.pairs import read_lines
     from kformer.training.evaluation import evaluate
-    from kformer.training.jobs import train_language_model, train_translator
+    from kformer.training.jobs import is_chief, train_language_model, train_translator
 
     config = _config(args)
     if args.task == "lm":
@@ -115,6 +115,9 @@ def _train(args):
         return
     splits = _load_pairs(args.data, args.held_out, config.vocab_sample)
     trained = train_translator(splits, args.out, config, args.verbose, args.overwrite)
+    if not is_chief(config):  # a multi-worker cluster's other workers: the chief scores and saves
+        print(f"Done: this worker's part of the training; the chief saves the model directory to {args.out}/.")
+        return
     if splits.get("test"):
         _print_scores("test split", evaluate(trained, splits["test"]))
     print(f"Saved the model directory to {args.out}/.")
@@ -410,7 +413,7 @@ def main(argv=None):
     from kformer.data.pairs import DataError
     from kformer.deploy.export import ExportError
     from kformer.model_dir import ModelDirectoryError
-    from kformer.training.callbacks import TrainingDiverged, TrainingInterrupted
+    from kformer.training.callbacks import TrainingDiverged, TrainingInterrupted, WorkerLost
 
     try:
         args.run(args)
@@ -423,7 +426,7 @@ def main(argv=None):
     except KeyboardInterrupt:  # outside training, or a second Ctrl-C during it
         print(f"kformer {args.command}: interrupted.", file=sys.stderr)
         return 130
-    except TrainingDiverged as error:
+    except (TrainingDiverged, WorkerLost) as error:
         print(f"kformer {args.command}: error: {error}", file=sys.stderr)
         return 1
     except OSError as error:  # disk full, permissions: what the system said, and where

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -156,9 +157,13 @@ def start_two_workers(command, cwd):
 
 
 def finish_all(processes):
+    """Waits for each of `processes` to succeed; returns what each printed."""
+    printed = []
     for process in processes:
-        _, stderr = process.communicate(timeout=600)
+        stdout, stderr = process.communicate(timeout=600)
         assert process.returncode == 0, stderr[-3000:]
+        printed.append(stdout)
+    return printed
 
 
 @pytest.mark.slow
@@ -176,7 +181,9 @@ def test_two_workers_killed_mid_run_resume_to_the_run_that_was_not_killed(tmp_pa
             "--warmup-steps", "20", "--dropout", "0", "--no-xla",
         ]  # fmt: skip
 
-    finish_all(start_two_workers(command(tmp_path / "whole"), tmp_path))
+    chief, worker = finish_all(start_two_workers(command(tmp_path / "whole"), tmp_path))
+    assert "test split: BLEU" in chief and "Saved the model directory" in chief, chief
+    assert "test split" not in worker and "Saved" not in worker and "the chief saves" in worker, worker
 
     out = tmp_path / "killed"
     state = out / "training" / "backup" / "state.json"
@@ -200,12 +207,14 @@ def test_two_workers_killed_mid_run_resume_to_the_run_that_was_not_killed(tmp_pa
     assert before < stopped_at < 160 and f"interrupted at step {stopped_at:,};" in stderrs[0], (before, stderrs[0])
 
     # SIGKILL in the second epoch (the first one logged), after the resumed run's next backups: no chance to save;
-    # the last backup must do.
+    # the last backup must do. The chief, left waiting on the lost worker, stops with one sentence saying so.
     workers = run_until_a_backup_reaches(max(50, stopped_at + 10))
     workers[1].kill()
-    workers[0].kill()
-    for worker in workers:
-        worker.communicate()
+    workers[1].communicate()
+    _, stderr = workers[0].communicate(timeout=120)
+    assert workers[0].returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    lost = r"another worker stopped answering at step [\d,]+ \(\w+Error: .*\); the run is saved at step"
+    assert re.search(lost, stderr), stderr[-3000:]
     assert not (out / "config.json").exists()
     killed_at = json.loads(state.read_text())["step"]
     assert max(50, stopped_at + 10) <= killed_at < 160

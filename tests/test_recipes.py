@@ -241,12 +241,12 @@ def test_init_from_refuses_another_architecture_from_python_too(tmp_path):
     ],
 )
 def test_only_the_chief_of_a_cluster_holds_and_writes_the_model_directory(monkeypatch, tf_config, chief):
-    from kformer.training.jobs import _is_chief
+    from kformer.training.jobs import is_chief
 
     if tf_config is not None:
         monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
-    assert _is_chief(TrainingConfig(strategy="multiworker")) is chief
-    assert _is_chief(TrainingConfig()) is True  # one process: it writes
+    assert is_chief(TrainingConfig(strategy="multiworker")) is chief
+    assert is_chief(TrainingConfig()) is True  # one process: it writes
 
 
 @pytest.mark.parametrize("task, writes", [(0, True), (1, False)])

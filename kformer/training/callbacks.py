@@ -160,6 +160,10 @@ class TrainingInterrupted(TrainingStopped):
     """Ctrl-C or SIGTERM: the state was saved and the same command resumes it."""
 
 
+class WorkerLost(TrainingStopped):
+    """Another worker of a multi-worker cluster stopped answering; the same command on every worker resumes."""
+
+
 class TrainingDiverged(TrainingStopped):
     """The loss became NaN or infinite; the backup keeps the last good weights."""
 
@@ -269,7 +273,7 @@ class Backup(keras.callbacks.Callback):
         loss = float((logs or {}).get("loss", 0.0))
         if not math.isfinite(loss):
             step = int(self.model.optimizer.iterations.numpy())
-            saved = self._saved_step()
+            saved = self.saved_step()
             kept = f"the last good weights are in {self.directory} (step {saved:,})" if saved else "nothing was saved"
             raise TrainingDiverged(
                 f"the loss became {loss} at step {step:,}; training stopped and {kept}. "
@@ -299,11 +303,12 @@ class Backup(keras.callbacks.Callback):
     def interruption(self):
         """The `TrainingInterrupted` to raise once the run is saved."""
         return TrainingInterrupted(
-            f"interrupted at step {self._saved_step():,}; the run is saved in {self.directory}. "
+            f"interrupted at step {self.saved_step():,}; the run is saved in {self.directory}. "
             "Run the same command again to resume it."
         )
 
-    def _saved_step(self):
+    def saved_step(self):
+        """The step of the copy on disk (0: none yet)."""
         if not self._state_path.is_file():
             return 0
         return json.loads(self._state_path.read_text())["step"]

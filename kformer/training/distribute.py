@@ -20,7 +20,11 @@ import time
 
 import tensorflow as tf
 
+from kformer.training.callbacks import WorkerLost
 from kformer.training.config import STRATEGIES
+
+# What a collective raises on a worker when another worker of the cluster is gone (killed, preempted).
+_LOST_PEER = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError)
 
 
 def make_strategy(name="default"):
@@ -98,7 +102,10 @@ def fit_across_workers(
         for step in range(done + 1, steps + 1):
             told = float(backup is not None and backup.interrupted)
             clock = spent if started is None else spent + time.perf_counter() - started
-            loss, elapsed, stop_told = train_step(next(iterator), tf.constant([clock, told], tf.float32)).numpy()
+            try:
+                loss, elapsed, stop_told = train_step(next(iterator), tf.constant([clock, told], tf.float32)).numpy()
+            except _LOST_PEER as error:
+                raise _worker_lost(step, backup, error) from None
             if started is None:  # the clock starts when the first step (tracing, the first batches) ends
                 started = time.perf_counter()
                 first_step = started - began
@@ -117,6 +124,18 @@ def fit_across_workers(
     for callback in callbacks:
         callback.on_train_end()
     return {"loss": losses, "steps": step, "first_step_seconds": first_step}
+
+
+def _worker_lost(step, backup, error):
+    """The `WorkerLost` for a collective that failed at `step` (TensorFlow's `error`), naming the backup to resume."""
+    saved = backup.saved_step() if backup is not None else 0
+    where = (
+        f"the run is saved at step {saved:,} in {backup.directory}; run the same command on every worker to resume it."
+        if saved
+        else "there is no backup to resume from yet; run the same command on every worker to start again."
+    )
+    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return WorkerLost(f"another worker stopped answering at step {step:,} ({type(error).__name__}: {cause}); {where}")
 
 
 def _end_span(losses, step, steps, log_every, callbacks, verbose):

@@ -197,7 +197,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             f"{out}: holds an interrupted run of a model of another shape; resume it with the settings it "
             "was started with, or choose another --out."
         ) from None
-    if _is_chief(config):  # the epochs from initial_epoch on run again (all of them in a new run)
+    if is_chief(config):  # the epochs from initial_epoch on run again (all of them in a new run)
         forget_epochs(out / "training" / "history.csv", initial_epoch)
     if config.strategy == "multiworker":
         return _fit_across_workers(model, schedule, train, steps_per_epoch, out, config, verbose, backup, keeper)
@@ -249,7 +249,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
 def _fit_across_workers(model, schedule, datasets, steps_per_epoch, out, config, verbose, backup, keeper):
     """`fit_across_workers`, resumed from `backup` (restored) and writing it, with history.csv, on the chief,
     where the `keeper` translates the validation pairs at each epoch's end."""
-    chief, history_csv = _is_chief(config), out / "training" / "history.csv"
+    chief, history_csv = is_chief(config), out / "training" / "history.csv"
     if chief:
         history_csv.parent.mkdir(parents=True, exist_ok=True)  # for the CSVLogger (fit's TensorBoard makes it)
     if backup.restored_step is not None:
@@ -338,7 +338,7 @@ def _training_data(pairs, source, target, config, translator):
     return share
 
 
-def _is_chief(config):
+def is_chief(config):
     """False only on the workers of a multi-worker cluster that are not its chief: they must not write `out`.
 
     The chief is the task of type "chief" (TF_CONFIG), or without one worker 0.
@@ -355,7 +355,7 @@ def _is_chief(config):
 @contextlib.contextmanager
 def _claim(out, overwrite, config):
     """`out` held for this run (`run_lock`) and made ready for it, by the chief where several workers train."""
-    if not _is_chief(config):
+    if not is_chief(config):
         yield
         return
     with run_lock(out):
@@ -365,7 +365,7 @@ def _claim(out, overwrite, config):
 
 def _save_finished(trained, out, config):
     """Saves the finished model (on the chief only); its resumable backup is then no longer needed."""
-    if _is_chief(config):
+    if is_chief(config):
         trained.save(out)
         shutil.rmtree(out / "training" / "backup", ignore_errors=True)
     return trained
@@ -426,7 +426,7 @@ def _starting_point(config, out):
         target_vocab_size=base.target_tokenizer.vocab_size,
     )
     for name, tokenizer in ((SOURCE_VOCAB_FILE, base.source_tokenizer), (TARGET_VOCAB_FILE, base.target_tokenizer)):
-        if _is_chief(config) and not (out / name).is_file():  # the chief writes `out`; the others read --init-from
+        if is_chief(config) and not (out / name).is_file():  # the chief writes `out`; the others read --init-from
             write_atomically(out / name, tokenizer.save)
     return base, config
 
@@ -496,12 +496,12 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
             if base is not None:  # fine-tuning tokenizes as the model it starts from did
                 source, target = base.source_tokenizer, base.target_tokenizer
             else:
-                source, target = _vocabularies(out, pairs, config, verbose, write=_is_chief(config))
+                source, target = _vocabularies(out, pairs, config, verbose, write=is_chief(config))
             builder, sizes, model_config = build_transformer, (source.vocab_size, target.vocab_size), config
         else:
             lines = [line for _, line in pairs[: config.vocab_sample]]
             wanted = {TARGET_VOCAB_FILE: (lines, config.target_vocab_size, "the training text")}
-            (target,) = _learn_vocabularies(out, wanted, verbose, write=_is_chief(config)).values()
+            (target,) = _learn_vocabularies(out, wanted, verbose, write=is_chief(config)).values()
             source, builder, sizes = target, build_decoder_only, (target.vocab_size,)
             # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
             tie = config.tie_embeddings or config.shared_vocab
