@@ -10,6 +10,8 @@ worktree of an older commit), and reports:
 - steps/s: training steps a second over the second half of the steps (the first half
   includes an XLA compilation for each length bucket), measured by a callback this script
   adds to model.fit (the only thing it changes);
+- median and longest step: over the same steps (a step that compiles a new shape is the longest);
+- cpu s/step: the process's CPU seconds (user and system) a step over the same steps;
 - steps: training steps run in the budget;
 - before the first step: what the command printed until then, each line with the seconds
   since launch when it was printed (where the time goes).
@@ -50,6 +52,8 @@ class Clock(keras.callbacks.Callback):
             marks["first_step"] = now
             marks["peak_gb_before_training"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         marks.setdefault("times", []).append(now)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        marks.setdefault("cpu", []).append(usage.ru_utime + usage.ru_stime)
 
 def timed_fit(self, *args, callbacks=None, **kwargs):
     return fit(self, *args, callbacks=[Clock(), *(callbacks or [])], **kwargs)
@@ -109,6 +113,10 @@ def run(data, checkout, minutes, extra, stream_above="default"):
     if len(times) > 40:  # the second half: by then XLA has compiled each bucket's shape
         half = len(times) // 2
         report["steps_per_s"] = round((len(times) - 1 - half) / (times[-1] - times[half]), 3)
+        gaps = sorted(b - a for a, b in zip(times[half:], times[half + 1 :], strict=False))
+        report["median_step_s"], report["longest_step_s"] = round(gaps[len(gaps) // 2], 4), round(gaps[-1], 2)
+        cpu = marks["cpu"]
+        report["cpu_s_per_step"] = round((cpu[-1] - cpu[half]) / (len(times) - 1 - half), 4)
     if result.returncode:
         report["stderr_tail"] = result.stderr.strip().splitlines()[-3:]
     report["stdout"] = [line[-160:] for line in lines if "\b" not in line and "━" not in line][-8:]
