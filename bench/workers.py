@@ -67,8 +67,8 @@ def start_workers(command, logs):
     for index in range(2):
         tf_config = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
         env = dict(os.environ, TF_CONFIG=tf_config, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
-        log = open(f"{logs}-{index}.log", "a")
-        workers.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+        with open(f"{logs}-{index}.log", "a") as log:  # the child keeps its own copy of the descriptor
+            workers.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
     return workers
 
 
@@ -106,12 +106,17 @@ def resuming(args, tmp):
 
     began, state = time.perf_counter(), f"{killed}/training/backup/state.json"
     workers = start_workers(command(killed), f"{tmp}/killed")
-    while not (os.path.exists(state) and json.load(open(state))["step"] >= args.kill_after):
+
+    def backed_up():
+        with open(state) as file:
+            return json.load(file)["step"]
+
+    while not (os.path.exists(state) and backed_up() >= args.kill_after):
         if any(worker.poll() is not None for worker in workers):
             raise SystemExit("a worker ended before the kill")
         time.sleep(0.2)
     workers[1].send_signal(signal.SIGKILL)
-    report["killed_after_backup_of_step"] = json.load(open(state))["step"]
+    report["killed_after_backup_of_step"] = backed_up()
     try:
         report["the chief, left alone"] = f"exited {workers[0].wait(timeout=60)} by itself"
     except subprocess.TimeoutExpired:

@@ -110,6 +110,9 @@ def _train(args):
     if args.task == "lm":
         lines = [t for _, t in _load_pairs("builtin")["train"]] if args.data == "builtin" else read_lines(args.data)
         summary = train_language_model(lines, args.out, config, args.verbose, args.overwrite).config["result"]
+        if not is_chief(config):
+            print(f"Done: this worker's part of the training; the chief saves the language model to {args.out}/.")
+            return
         print(f"Training loss {summary.get('loss', float('nan')):.3f}, perplexity {summary['perplexity']:.1f}.")
         print(f'Saved the language model to {args.out}/ (try: kformer generate --model {args.out} "el gato").')
         return

@@ -211,9 +211,12 @@ def test_two_workers_killed_mid_run_resume_to_the_run_that_was_not_killed(tmp_pa
     workers = run_until_a_backup_reaches(max(50, stopped_at + 10))
     workers[1].kill()
     workers[1].communicate()
-    _, stderr = workers[0].communicate(timeout=120)
+    try:
+        _, stderr = workers[0].communicate(timeout=120)
+    finally:
+        workers[0].kill()  # if it hangs: not left running
     assert workers[0].returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
-    lost = r"another worker stopped answering at step [\d,]+ \(\w+Error: .*\); the run is saved at step"
+    lost = r"another worker stopped answering at step [\d,]+ \(\w+Error: .*\): it was killed.*; the run is saved"
     assert re.search(lost, stderr), stderr[-3000:]
     assert not (out / "config.json").exists()
     killed_at = json.loads(state.read_text())["step"]

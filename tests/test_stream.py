@@ -195,14 +195,30 @@ def test_workers_of_a_text_file_read_only_their_part_of_its_bytes(tmp_path, stre
         list(train.share(count - 1, count))
 
 
-def test_a_line_on_a_part_boundary_is_read_once(tmp_path):
+@pytest.mark.parametrize("end", ["\n", "\r\n"])
+def test_a_line_on_a_part_boundary_is_read_once(tmp_path, end):
     from kformer.data.pairs import PairFile
 
-    path = write(tmp_path / "pairs.tsv", ["a\tA", "bb\tBB", "c\tC"])  # lines start at bytes 0, 4 and 10
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes(end.join(["a\tA", "bb\tBB", "c\tC", ""]).encode())
     corpus = PairFile(path)
-    for count in range(1, 15):  # parts ending before, on and after each line's first byte
+    for count in range(1, 20):  # parts ending before, on and after each line's first and last byte
         parts = [list(corpus.part(index, count)) for index in range(count)]
         assert sum(parts, []) == [("a", "A"), ("bb", "BB"), ("c", "C")], count
+
+
+def test_a_file_with_old_mac_line_ends_is_shared_pair_by_pair_and_a_changed_file_refused(tmp_path):
+    from kformer.data.pairs import PairFile
+
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes("\r".join(corpus_lines(20_000)).encode())  # over 64 KiB without a "\n"
+    assert PairFile(path).part(1, 2) is None  # readline would see one line: every-n-th instead
+    path = write(tmp_path / "pairs.tsv", corpus_lines(100))
+    part = PairFile(path).part(1, 2)
+    with open(path, "a") as file:
+        file.write("late\tTARDE\n")
+    with pytest.raises(DataError, match=r"pairs.tsv: changed size while training read it in parts"):
+        list(part)
 
 
 @pytest.mark.parametrize("name", ["pairs.tsv.gz", "aligned"])

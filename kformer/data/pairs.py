@@ -14,6 +14,7 @@ import copy
 import gzip
 import hashlib
 import itertools
+import os
 import unicodedata
 import zipfile
 import zlib
@@ -93,21 +94,26 @@ class PairFile:
             self.name = f"{path}:{self.member}" if self.member else str(path)
         self.blank = self.extra_fields = self.lines = 0
         self._raw = []
-        self._bytes = None  # (start, end): only the lines that start in these bytes (`part`)
+        self._bytes = None  # (start, end, file size): only the lines that start in these bytes (`part`)
 
     def part(self, index, count):
         """Part `index` of `count`: the lines that start in its `count`-th of the file's bytes, read alone.
 
         The parts hold every line once, and each reads about its share of the
         bytes (the lines it seeks past are not read). Its line numbers count
-        from its first line. Only a plain text file can be entered midway: for
-        a .gz, a .zip or two aligned files, None.
+        from its first line. A plain text file with "\n" line ends can be
+        entered midway; for a .gz, a .zip, two aligned files or old Macs' "\r"
+        line ends, None. Reading a part of a file whose size has changed since
+        raises DataError: the parts would no longer fit together.
         """
         if len(self.paths) == 2 or self.member or self.paths[0].suffix.lower() == ".gz":
             return None
+        with open(self.paths[0], "rb") as raw:
+            if b"\n" not in raw.read(2**16) and self.size > 2**16:
+                return None
         part = copy.copy(self)
         part._raw, size = [], self.size
-        part._bytes = start, end = size * index // count, size * (index + 1) // count
+        part._bytes = start, end, size = size * index // count, size * (index + 1) // count, size
         part.name = f"{self.name} (its part from byte {start:,} to {end:,})"
         return part
 
@@ -159,7 +165,13 @@ class PairFile:
         blank = extra = number = 0
         with self._open(self.paths[0]) as lines:
             if self._bytes is not None:
-                lines = _starting_in(lines, *self._bytes)
+                start, end, size = self._bytes
+                if os.fstat(lines.fileno()).st_size != size:
+                    raise DataError(
+                        f"{self.paths[0]}: changed size while training read it in parts ({size:,} bytes, "
+                        f"now {os.fstat(lines.fileno()).st_size:,}); keep a corpus unchanged while it trains."
+                    )
+                lines = _starting_in(lines, start, end)
             lines = (line for chunk in lines for line in chunk.splitlines())  # \n, \r\n and old Macs' \r
             for number, raw in enumerate(lines, start=1):
                 line = _decode_line(raw, self.name, number)

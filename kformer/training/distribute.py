@@ -23,8 +23,8 @@ import tensorflow as tf
 from kformer.training.callbacks import WorkerLost
 from kformer.training.config import STRATEGIES
 
-# What a collective raises on a worker when another worker of the cluster is gone (killed, preempted).
-_LOST_PEER = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError)
+# What a collective raises on a worker when another worker of the cluster is gone (killed, preempted, failed).
+_LOST_PEER = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)
 
 
 def make_strategy(name="default"):
@@ -135,7 +135,10 @@ def _worker_lost(step, backup, error):
         else "there is no backup to resume from yet; run the same command on every worker to start again."
     )
     cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return WorkerLost(f"another worker stopped answering at step {step:,} ({type(error).__name__}: {cause}); {where}")
+    return WorkerLost(
+        f"another worker stopped answering at step {step:,} ({type(error).__name__}: {cause}): it was killed, "
+        f"or it failed and its own output says why; {where}"
+    )
 
 
 def _end_span(losses, step, steps, log_every, callbacks, verbose):
