@@ -43,6 +43,15 @@ def write(path, lines):
     return path
 
 
+def corpus_file(tmp_path, name, lines):
+    """`lines` written as the file `name` (.tsv or .gz), or as two aligned files for "aligned"; its --data path."""
+    if name != "aligned":
+        return write(tmp_path / name, lines)
+    sources = write(tmp_path / "c.en", [line.split("\t")[0] for line in lines])
+    targets = write(tmp_path / "c.es", [line.split("\t")[1] if line else "" for line in lines])
+    return f"{sources},{targets}"
+
+
 @pytest.fixture
 def streamed(monkeypatch):
     """Every file read as a stream, however small."""
@@ -57,12 +66,7 @@ def tokenizer():
 @pytest.mark.parametrize("name", ["pairs.tsv", "pairs.tsv.gz", "aligned"])
 def test_a_stream_holds_the_splits_of_the_in_memory_path(tmp_path, streamed, name, capsys):
     lines = corpus_lines(3000)
-    if name == "aligned":
-        sources = write(tmp_path / "c.en", [line.split("\t")[0] for line in lines])
-        targets = write(tmp_path / "c.es", [line.split("\t")[1] if line else "" for line in lines])
-        path = f"{sources},{targets}"
-    else:
-        path = write(tmp_path / name, lines)
+    path = corpus_file(tmp_path, name, lines)
     splits = corpus_splits(path, held_out=20, sample_size=100, valid_fraction=0.05, test_fraction=0.05)
     assert "read as a stream" in capsys.readouterr().out
     expected = split_pairs(read_pairs(path), valid_fraction=0.05, test_fraction=0.05)
@@ -223,13 +227,7 @@ def test_a_file_with_old_mac_line_ends_is_shared_pair_by_pair_and_a_changed_file
 
 @pytest.mark.parametrize("name", ["pairs.tsv.gz", "aligned"])
 def test_workers_share_a_file_that_cannot_be_entered_midway_pair_by_pair(tmp_path, streamed, name):
-    lines = corpus_lines(500)
-    if name == "aligned":
-        sources = write(tmp_path / "train.en", [line.split("\t")[0] for line in lines])
-        targets = write(tmp_path / "train.es", [line.split("\t")[1] if line else "" for line in lines])
-        path = f"{sources},{targets}"
-    else:
-        path = write(tmp_path / name, lines)
+    path = corpus_file(tmp_path, name, corpus_lines(500))
     train = corpus_splits(path, held_out=5, sample_size=10, verbose=0)["train"]
     everything = list(train)
     first, second = list(train.share(0, 2)), list(train.share(1, 2))
