@@ -108,12 +108,13 @@ class PairFile:
         """
         if len(self.paths) == 2 or self.member or self.paths[0].suffix.lower() == ".gz":
             return None
+        size = self.size
         with open(self.paths[0], "rb") as raw:
-            if b"\n" not in raw.read(2**16) and self.size > 2**16:
+            if size > 2**16 and b"\n" not in raw.read(2**16):
                 return None
+        start, end = size * index // count, size * (index + 1) // count
         part = copy.copy(self)
-        part._raw, size = [], self.size
-        part._bytes = start, end, size = size * index // count, size * (index + 1) // count, size
+        part._raw, part._bytes = [], (start, end, size)
         part.name = f"{self.name} (its part from byte {start:,} to {end:,})"
         return part
 
@@ -166,10 +167,11 @@ class PairFile:
         with self._open(self.paths[0]) as lines:
             if self._bytes is not None:
                 start, end, size = self._bytes
-                if os.fstat(lines.fileno()).st_size != size:
+                now = os.fstat(lines.fileno()).st_size
+                if now != size:
                     raise DataError(
                         f"{self.paths[0]}: changed size while training read it in parts ({size:,} bytes, "
-                        f"now {os.fstat(lines.fileno()).st_size:,}); keep a corpus unchanged while it trains."
+                        f"now {now:,}); keep a corpus unchanged while it trains."
                     )
                 lines = _starting_in(lines, start, end)
             lines = (line for chunk in lines for line in chunk.splitlines())  # \n, \r\n and old Macs' \r

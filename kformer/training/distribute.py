@@ -134,7 +134,7 @@ def _worker_lost(step, backup, error):
         if saved
         else "there is no backup to resume from yet; run the same command on every worker to start again."
     )
-    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    cause = (str(error).strip().splitlines() or [type(error).__name__])[0]  # TensorFlow's first line, not its trace
     return WorkerLost(
         f"another worker stopped answering at step {step:,} ({type(error).__name__}: {cause}): it was killed, "
         f"or it failed and its own output says why; {where}"
