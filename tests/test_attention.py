@@ -79,15 +79,47 @@ def test_cross_attention_equals_keras_multi_head_attention(training):
     np.testing.assert_allclose(to_numpy(scores), to_numpy(expected_scores), atol=1e-5)
 
 
-@pytest.mark.parametrize("training, matmuls", [(False, 4), (True, 2)])
-def test_projections_run_side_by_side_only_while_training(training, matmuls):
+def test_weights_are_named_kernels_start_glorot_uniform_and_biases_at_zero():
+    """Checkpoints and summaries show these names. Each kernel is drawn as Keras' add_weight draws one of
+    its shape with "glorot_uniform" (its fans read the first axis as a receptive field; keras'
+    MultiHeadAttention's are the projection's, D and H*K, a range 2-5x wider), the biases are zero."""
+    layer = CrossAttention(num_heads=2, d_model=8)
+    layer(random_normal(1, 3, 8), random_normal(1, 5, 6))
+    names = [weight.path.rsplit("/", 1)[1] for weight in layer.weights]
+    assert names == [f"{name}_{part}" for name in ("query", "key", "value", "output") for part in ("kernel", "bias")]
+    for weight, name in zip(layer.get_weights(), names, strict=True):
+        if name.endswith("bias"):
+            assert not weight.any()
+        else:  # a few dozen uniform draws reach near the edge of the range
+            edge = np.abs(to_numpy(keras.initializers.GlorotUniform(seed=1)(weight.shape))).max()
+            assert 0.75 < np.abs(weight).max() / edge < 1.33
+
+
+@pytest.mark.parametrize("training, self_matmuls, cross_matmuls", [(False, 4, 4), (True, 2, 3)])
+def test_projections_run_side_by_side_only_while_training(training, self_matmuls, cross_matmuls):
     """Side by side the kernels are copied into one buffer on every call: worth it for training, not inference."""
     import tensorflow as tf
 
-    layer = MultiHeadSelfAttention(num_heads=2, d_model=8)
-    layer(random_normal(1, 3, 8))
-    graph = tf.function(lambda x: layer(x, training=training)).get_concrete_function(tf.TensorSpec((1, 3, 8))).graph
-    assert [op.type for op in graph.get_operations()].count("MatMul") == matmuls  # Q, K, V, W_O or QKV, W_O
+    def matmuls(function, *shapes):
+        graph = tf.function(function).get_concrete_function(*(tf.TensorSpec(shape) for shape in shapes)).graph
+        return [op.type for op in graph.get_operations()].count("MatMul")
+
+    layer, cross = MultiHeadSelfAttention(num_heads=2, d_model=8), CrossAttention(num_heads=2, d_model=8)
+    layer(random_normal(1, 3, 8)), cross(random_normal(1, 3, 8), random_normal(1, 4, 8))
+    assert matmuls(lambda x: layer(x, training=training), (1, 3, 8)) == self_matmuls  # Q, K, V, W_O or QKV, W_O
+    assert matmuls(lambda x, c: cross(x, c, training=training), (1, 3, 8), (1, 4, 8)) == cross_matmuls  # Q, KV, W_O
+    assert matmuls(lambda c: cross.project(c, "key", "value"), (1, 4, 8)) == 2  # a decoder's cache: apart
+
+
+def test_a_cache_with_one_row_for_each_sentences_beams_equals_attending_each_beams_copy_of_its_source():
+    """While decoding with beams, a source's keys and values are computed once; its n beams (rows of x,
+    sentence-major) read that one copy, masked by the sentence's padding."""
+    layer = CrossAttention(num_heads=2, d_model=8)
+    context, padding = random_normal(2, 5, 8), np.arange(5)[None, :] < np.array([[5], [2]])
+    x = random_normal(6, 2, 8)  # 3 beams of each of the 2 sentences, 2 positions each
+    expected = layer(x, np.repeat(context, 3, axis=0), context_padding_mask=np.repeat(padding, 3, axis=0))
+    cached = layer(x, cache=layer.project(context, "key", "value"), context_padding_mask=padding)
+    np.testing.assert_allclose(to_numpy(cached), to_numpy(expected), atol=1e-5)
 
 
 def test_weights_rows_sum_to_one_and_masked_weights_are_exactly_zero():

@@ -1,5 +1,6 @@
 """Bad arguments fail early with a ValueError that names the argument and value."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -20,9 +21,17 @@ from kformer import (
     "make, message",
     [
         (lambda: MultiHeadSelfAttention(num_heads=3, d_model=8), "d_model=8 is not divisible by num_heads=3"),
-        (lambda: MultiHeadSelfAttention(num_heads=0, d_model=8), "num_heads=0"),
-        (lambda: CrossAttention(num_heads=2, d_model=8, head_dim=-1), "head_dim=-1"),
+        (
+            lambda: MultiHeadSelfAttention(num_heads=0, d_model=8),
+            "^num_heads must be a positive integer, got num_heads=0",
+        ),
+        (lambda: MultiHeadSelfAttention(num_heads=2, d_model=0), "^d_model must be a positive integer, got d_model=0"),
+        (
+            lambda: CrossAttention(num_heads=2, d_model=8, head_dim=-1),
+            "^head_dim must be a positive integer, got head_dim=-1",
+        ),
         (lambda: MultiHeadSelfAttention(num_heads=2, d_model=8, dropout=1.5), "dropout=1.5"),
+        (lambda: CrossAttention(num_heads=2, d_model=8, dropout=1.0), r"^dropout must be in \[0, 1\), got dropout=1.0"),
         (lambda: PositionalEmbedding(vocab_size=0, d_model=8), "vocab_size=0"),
         (lambda: PositionalEmbedding(vocab_size=10, d_model=8.0), "d_model=8.0"),
         (lambda: FeedForward(d_model=8, d_ff=None), "d_ff=None"),
@@ -44,6 +53,11 @@ def test_head_dim_allows_any_width():
     assert layer(np.zeros((1, 2, 8), "float32")).shape == (1, 2, 8)
 
 
+def built(layer):
+    layer(np.zeros((1, 2, 8), "float32"), np.zeros((1, 3, 8), "float32"))
+    return layer
+
+
 @pytest.mark.parametrize(
     "call, message",
     [
@@ -53,6 +67,14 @@ def test_head_dim_allows_any_width():
         (
             lambda: CrossAttention(2, 8)(np.zeros((1, 4, 8), "float32"), np.zeros((1, 4), "float32")),
             "context must have rank 3",
+        ),
+        (  # a decoder's cache of a source: token ids given where the encoder's output belongs
+            lambda: built(CrossAttention(2, 8)).project(np.zeros((1, 4, 8), "int32"), "key", "value"),
+            "^x must be a float tensor",
+        ),
+        (
+            lambda: CrossAttention(2, 8)(keras.Input((4, 8)), keras.Input((3, None))),
+            r"context needs a known last dimension, got \(None, 3, None\)",
         ),
         (lambda: FeedForward(8, 16)(np.zeros((1, 4, 5), "float32")), "x has width 5 but d_model=8"),
         (lambda: PositionalEmbedding(10, 8)(np.zeros((1, 4), "float32")), "token_ids must hold integer"),
@@ -96,8 +118,6 @@ def test_attention_names_a_last_dimension_known_only_at_run_time_or_unequal_besi
 
 
 def test_attention_scores_are_float32_whatever_keras_float_type():
-    import keras
-
     floatx = keras.config.floatx()
     keras.config.set_floatx("float16")
     try:
