@@ -246,3 +246,17 @@ def test_two_workers_killed_mid_run_resume_to_the_run_that_was_not_killed(tmp_pa
         assert (directory / "learning_curves.png").stat().st_size > 10_000
         result = trained.config["result"]
         assert result["epochs_run"] == 4 and result["val_chrf"] == round(float(rows[-1]["val_chrf"]), 4), result
+
+
+@pytest.mark.slow
+def test_two_workers_train_a_language_model_that_only_the_chief_saves(tmp_path):
+    command = [
+        sys.executable, "-m", "kformer", "--quiet", "train", "--task", "lm", "--data", "builtin",
+        "--out", str(tmp_path / "lm"), "--strategy", "multiworker", "--epochs", "1", "--steps-per-epoch", "6",
+        "--d-model", "32", "--num-heads", "2", "--num-layers", "1", "--d-ff", "64", "--vocab-size", "300", "--no-xla",
+    ]  # fmt: skip
+    chief, worker = finish_all(start_two_workers(command, tmp_path))
+    assert "perplexity" in chief and "Saved the language model" in chief, chief
+    assert "perplexity" not in worker and "Saved" not in worker and "the chief saves the language model" in worker
+    saved = json.loads((tmp_path / "lm" / "config.json").read_text())
+    assert saved["result"]["steps"] == 6, saved["result"]

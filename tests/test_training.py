@@ -185,3 +185,84 @@ def test_the_optimizer_is_adam_with_the_papers_betas_and_epsilon():
         # Keras' form: the step size carries the bias corrections, epsilon is the paper's "epsilon hat".
         w -= 0.1 * np.sqrt(1 - 0.98**t) / (1 - 0.9**t) * m / (np.sqrt(v) + 1e-9)
         assert float(weight.numpy()) == pytest.approx(w, rel=1e-4)
+
+
+def test_the_optimizer_clips_and_averages_only_when_asked():
+    from kformer.training.objectives import make_optimizer
+
+    plain = make_optimizer(0.1).get_config()
+    assert plain["clipnorm"] is None and plain["use_ema"] is False
+    asked = make_optimizer(0.1, clipnorm=1.0, ema=0.999).get_config()
+    assert (asked["clipnorm"], asked["use_ema"], asked["ema_momentum"]) == (1.0, True, 0.999)
+
+
+def test_compiling_takes_the_papers_recipe_unless_told_otherwise():
+    """Label smoothing 0.1, the paper's schedule over 4,000 warmup steps, token accuracy, XLA; what is
+    given instead reaches the loss, the schedule and the optimizer."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
+    compile_for_training(model, 64)
+    compiled = model.get_compile_config()
+    assert compiled["jit_compile"] is True and model.loss.label_smoothing == 0.1
+    assert [metric["class_name"] for metric in compiled["metrics"]] == ["MaskedAccuracy"]
+    assert compiled["optimizer"]["config"]["learning_rate"]["config"] == {
+        "d_model": 64,
+        "warmup_steps": 4000,
+        "scale": 1.0,
+    }
+
+    compile_for_training(model, 64, 0.2, 100, learning_rate_scale=2.0, clipnorm=1.0, jit_compile=False, ema=0.999)
+    compiled = model.get_compile_config()
+    optimizer = compiled["optimizer"]["config"]
+    assert compiled["jit_compile"] is False and model.loss.label_smoothing == 0.2
+    assert optimizer["learning_rate"]["config"] == {"d_model": 64, "warmup_steps": 100, "scale": 2.0}
+    assert (optimizer["clipnorm"], optimizer["use_ema"], optimizer["ema_momentum"]) == (1.0, True, 0.999)
+
+
+def test_the_loss_the_metric_and_the_schedule_come_back_from_their_configs():
+    labels, logits = np.array([[5, 2, 0]]), rng.standard_normal((1, 3, 7)).astype("float32")
+    loss = MaskedSparseCrossEntropy(label_smoothing=0.3, name="smoothed")
+    again = MaskedSparseCrossEntropy.from_config(loss.get_config())
+    assert (again.name, again.label_smoothing) == ("smoothed", 0.3)
+    assert float(again(labels, logits)) == pytest.approx(float(loss(labels, logits)))
+    schedule = TransformerSchedule(d_model=64, warmup_steps=30, scale=2.0)
+    again = TransformerSchedule.from_config(schedule.get_config())
+    assert [float(again(step)) for step in (0, 29, 500)] == [float(schedule(step)) for step in (0, 29, 500)]
+    metric = MaskedAccuracy(name="token_accuracy", dtype="float64")
+    again = MaskedAccuracy.from_config(metric.get_config())
+    assert (again.name, again.dtype) == (metric.name, metric.dtype) == ("token_accuracy", "float64")
+    assert MaskedAccuracy().name == "accuracy"  # the key of model.fit's logs and history.csv
+
+
+def test_the_metric_starts_over_when_reset():
+    """Keras resets metrics at each epoch: an epoch's accuracy is its own, not the run's so far."""
+    metric = MaskedAccuracy()
+    assert [variable.name for variable in metric.variables] == ["correct", "total"]
+    labels, logits = np.array([[1, 2, 0]]), np.eye(4, dtype="float32")[[[1, 3, 0]]]  # one hit of two real tokens
+    metric.update_state(labels, logits)
+    assert float(metric.result()) == 0.5
+    metric.reset_state()
+    assert [float(variable.numpy()) for variable in metric.variables] == [0.0, 0.0]
+    metric.update_state(labels, np.eye(4, dtype="float32")[[[1, 2, 0]]])
+    assert float(metric.result()) == 1.0
+
+
+def test_perplexity_is_the_exponential_of_the_loss_capped_at_e_to_the_50():
+    from kformer.training.objectives import perplexity
+
+    assert perplexity(np.log(20.0)) == pytest.approx(20.0)
+    assert perplexity(0.0) == 1.0
+    assert perplexity(1e6) == pytest.approx(np.exp(50.0))  # an untrained model's loss does not overflow
+
+
+def test_the_losss_defaults_and_its_refusal_of_a_smoothing_of_one():
+    loss = MaskedSparseCrossEntropy()
+    assert (loss.name, loss.label_smoothing) == ("masked_sparse_cross_entropy", 0.1)  # the paper's e_ls
+    assert MaskedSparseCrossEntropy(dtype="float64").dtype == "float64"  # Keras' own arguments reach it
+    with pytest.raises(ValueError, match=r"^label_smoothing must be in \[0, 1\), got label_smoothing=1.0\.$"):
+        MaskedSparseCrossEntropy(label_smoothing=1.0)  # a uniform target: nothing left to learn
+
+
+def test_the_accuracy_of_a_single_real_token():
+    metric = MaskedAccuracy()
+    metric.update_state(np.array([[3, 0, 0]]), np.eye(4, dtype="float32")[[[3, 1, 1]]])
+    assert float(metric.result()) == 1.0
