@@ -32,6 +32,8 @@ def _seeded():
 def run_fresh_python(code, cwd):
     """Runs `code` in a new Python process (nothing imported, nothing cached)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    if env.get("MUTANT_UNDER_TEST") == "stats":  # mutmut counting which tests call what: a child cannot report
+        del env["MUTANT_UNDER_TEST"]
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )

@@ -1,12 +1,13 @@
 """The training recipe: loss, metric, schedule, time budget, and a model that learns."""
 
+import json
 import time
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import to_numpy
+from conftest import run_fresh_python, to_numpy
 
 from kformer import MaskedAccuracy, MaskedSparseCrossEntropy, TransformerSchedule, build_transformer
 from kformer.data.text import END_ID, START_ID
@@ -266,3 +267,48 @@ def test_the_accuracy_of_a_single_real_token():
     metric = MaskedAccuracy()
     metric.update_state(np.array([[3, 0, 0]]), np.eye(4, dtype="float32")[[[3, 1, 1]]])
     assert float(metric.result()) == 1.0
+
+
+def test_the_loss_of_a_single_real_token_is_its_cross_entropy_and_of_none_is_zero():
+    logits = rng.standard_normal((1, 3, 6)).astype("float32")
+    log_probs = logits[0, 0] - np.log(np.exp(logits[0, 0]).sum())
+    loss = MaskedSparseCrossEntropy(0.0)
+    assert float(loss(np.array([[4, 0, 0]]), logits)) == pytest.approx(-log_probs[4], rel=1e-5)
+    assert float(loss(np.array([[0, 0, 0]]), logits)) == 0.0  # an all-padding batch: no NaN
+
+
+def test_a_budget_under_ten_steps_warms_up_in_one():
+    """A tenth of 5 steps is half a step: the warmup is floored at one, so the first update is at the peak
+    (the paper's peak, at its 4,000 warmup steps by default)."""
+    schedule = BudgetSchedule(d_model=64, total_steps=5)
+    peak = 64**-0.5 * 4000**-0.5
+    rates = [float(schedule(step)) for step in range(5)]
+    assert rates == pytest.approx([peak * (1 - step / 5) for step in range(1, 6)], rel=1e-5, abs=1e-12)
+
+
+def test_under_two_replicas_each_replicas_loss_is_its_mean_halved(tmp_path):
+    """Keras sums the replicas' losses: each must be its own mean over real tokens divided by the replica count."""
+    code = """
+        import json
+        import numpy as np
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        from kformer import MaskedSparseCrossEntropy
+
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        labels, logits = np.array([[4, 5, 0], [6, 0, 0]]), np.load("logits.npy")
+        rows = strategy.experimental_distribute_values_from_function(  # row i to replica i
+            lambda context: (labels[[context.replica_id_in_sync_group]], logits[[context.replica_id_in_sync_group]])
+        )
+        losses = strategy.run(MaskedSparseCrossEntropy(0.0), args=rows)
+        print(json.dumps([float(loss) for loss in strategy.experimental_local_results(losses)]))
+    """
+    logits = rng.standard_normal((2, 3, 7)).astype("float32")
+    np.save(tmp_path / "logits.npy", logits)
+    losses = json.loads(run_fresh_python(code, cwd=tmp_path).strip().splitlines()[-1])
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    means = [-(log_probs[0, 0, 4] + log_probs[0, 1, 5]) / 2, -log_probs[1, 0, 6]]
+    assert losses == pytest.approx([mean / 2 for mean in means], rel=1e-5)
+    whole = float(MaskedSparseCrossEntropy(0.0)(np.array([[4, 5, 0], [6, 0, 0]]), logits))  # one replica: the mean
+    assert whole == pytest.approx(-(log_probs[0, 0, 4] + log_probs[0, 1, 5] + log_probs[1, 0, 6]) / 3, rel=1e-5)
