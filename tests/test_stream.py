@@ -7,12 +7,14 @@ the reference: a stream must give what it gives, read another way.
 import gzip
 import itertools
 import os
+import platform
 import re
 import signal
 
 import keras
 import numpy as np
 import pytest
+from conftest import run_fresh_python
 
 from kformer.cli import main
 from kformer.data import stream
@@ -257,3 +259,47 @@ def test_a_compressed_file_is_sized_by_the_text_it_holds(tmp_path):
     text = len(("\n".join(lines) + "\n").encode())
     packed = PairFile(write(tmp_path / "pairs.tsv.gz", lines))
     assert packed.text_size == text > 3 * packed.size  # what decides between memory and a stream
+
+
+MAPPED_WHILE_A_24_MB_BLOCK_LIVES = """
+    import ctypes
+    import kformer.data.pipeline
+    from kformer.data import stream
+    from kformer.data.text import Tokenizer, build_vocabulary
+
+    if {undo}:
+        kformer.data.pipeline.reuse_freed_memory = lambda: None
+    stream.STREAM_ABOVE_BYTES = 0
+    train = stream.corpus_splits("pairs.tsv", sample_size=50, verbose=0)["train"]
+    tokenizer = Tokenizer(build_vocabulary(["the cat sees a dog"], 30))
+    next(iter(kformer.data.pipeline.make_dataset(train, tokenizer, tokenizer, repeat=True)))
+
+    class MallInfo2(ctypes.Structure):
+        names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+        _fields_ = [(name, ctypes.c_size_t) for name in names.split()]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype, libc.malloc.restype = MallInfo2, ctypes.c_void_p
+    libc.malloc.argtypes, libc.free.argtypes = [ctypes.c_size_t], [ctypes.c_void_p]
+    for _ in range(3):  # glibc's own rule maps the first block only, then keeps blocks this size for reuse
+        block = libc.malloc(24 * 2**20)  # larger than any block freed before: glibc maps it at first
+        mapped = libc.mallinfo2().hblkhd  # bytes in blocks of their own mapping
+        libc.free(block)
+    print(mapped - libc.mallinfo2().hblkhd)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_a_stream_leaves_freed_blocks_for_reuse_as_the_in_memory_path_does(tmp_path):
+    """TensorFlow's generator dataset sets glibc's trim threshold, which freezes its mmap threshold at 128 KB: every
+    larger block a training step allocates would be mapped and unmapped afresh (10-15% of a step's CPU, in page
+    faults). `reuse_freed_memory` puts the thresholds back where glibc's own rule takes them."""
+    write(tmp_path / "pairs.tsv", corpus_lines(200))
+    mapped = {
+        undo: int(run_fresh_python(MAPPED_WHILE_A_24_MB_BLOCK_LIVES.format(undo=undo), tmp_path).split()[-1])
+        for undo in (True, False)
+    }
+    if mapped[True] == 0:
+        pytest.skip("this TensorFlow's generator dataset leaves glibc's thresholds alone: nothing to undo")
+    assert mapped[True] >= 24 * 2**20  # without it, the block has a mapping of its own
+    assert mapped[False] == 0
