@@ -11,9 +11,8 @@ worktree of an older commit), and reports:
   includes an XLA compilation for each length bucket), measured by a callback this script
   adds to model.fit (the only thing it changes);
 - median and longest step: over the same steps (a step that compiles a new shape is the longest);
-- cpu s/step: the process's CPU seconds (user and system) a step over the same steps, and
-  by thread (/proc/self/task, every 10th step; threads named alike summed, a thread that
-  ended in the window not counted);
+- cpu s/step: the process's CPU seconds (user and system) a step over the same steps
+  (where they go: `perf record -F 49 -g -p PID` during training; bench/RESULTS.md);
 - steps: training steps run in the budget;
 - before the first step: what the command printed until then, each line with the seconds
   since launch when it was printed (where the time goes).
@@ -34,7 +33,7 @@ import tempfile
 import time
 
 DRIVER = r"""
-import json, os, resource, sys, time
+import json, resource, sys, time
 # An editable install's finder would import this machine's kformer whatever PYTHONPATH says.
 sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
 import keras
@@ -42,17 +41,6 @@ import kformer
 
 fit = keras.Model.fit
 marks = {"kformer": kformer.__file__}
-
-def thread_ticks():  # {thread id: [name, CPU clock ticks]} of this process's threads, from /proc
-    ticks = {}
-    for task in os.listdir("/proc/self/task"):
-        try:
-            stat = open(f"/proc/self/task/{task}/stat").read()
-        except OSError:  # the thread ended
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        ticks[task] = [stat[stat.index("(") + 1 : stat.rindex(")")], int(fields[11]) + int(fields[12])]
-    return ticks
 
 class Clock(keras.callbacks.Callback):
     def __init__(self):
@@ -67,8 +55,6 @@ class Clock(keras.callbacks.Callback):
         marks.setdefault("times", []).append(now)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         marks.setdefault("cpu", []).append(usage.ru_utime + usage.ru_stime)
-        if self.steps % 10 == 0:
-            marks.setdefault("threads", []).append([self.steps, thread_ticks()])
 
 def timed_fit(self, *args, callbacks=None, **kwargs):
     return fit(self, *args, callbacks=[Clock(), *(callbacks or [])], **kwargs)
@@ -96,17 +82,6 @@ finally:
     with open(sys.argv[1], "w") as f:
         json.dump(marks, f)
 """
-
-
-def by_thread(snapshots, half):
-    """CPU seconds a step from the first snapshot at or past step `half` to the last, by thread name sans digits."""
-    (first_step, first), (last_step, last) = next(s for s in snapshots if s[0] >= half), snapshots[-1]
-    seconds = {}
-    for task, (name, ticks) in last.items():
-        name = name.rstrip("0123456789_-") or name
-        spent = (ticks - first.get(task, [name, 0])[1]) / os.sysconf("SC_CLK_TCK")
-        seconds[name] = seconds.get(name, 0.0) + spent / max(last_step - first_step, 1)
-    return {name: round(s, 4) for name, s in sorted(seconds.items(), key=lambda item: -item[1]) if s >= 0.0005}
 
 
 def run(data, checkout, minutes, extra, stream_above="default"):
@@ -143,7 +118,6 @@ def run(data, checkout, minutes, extra, stream_above="default"):
         report["median_step_s"], report["longest_step_s"] = round(gaps[len(gaps) // 2], 4), round(gaps[-1], 2)
         cpu = marks["cpu"]
         report["cpu_s_per_step"] = round((cpu[-1] - cpu[half]) / (len(times) - 1 - half), 4)
-        report["cpu_s_per_step_by_thread"] = by_thread(marks["threads"], half)
     if result.returncode:
         report["stderr_tail"] = result.stderr.strip().splitlines()[-3:]
     report["stdout"] = [line[-160:] for line in lines if "\b" not in line and "━" not in line][-8:]
