@@ -71,11 +71,12 @@ def reuse_freed_memory():
     """Lets glibc's malloc keep freed blocks of up to 32 MB for reuse, as it does until `from_generator` runs.
 
     TensorFlow's generator dataset, on its first element under Python 3.11+, sets glibc's trim threshold to
-    128 KB (its log: "Memory patch applied"). Setting any threshold freezes glibc's mmap threshold where it
-    stands, 128 KB in a fresh process, so every block over 128 KB that a training step allocates is mapped
-    and unmapped again: the stream's steps spent 10-15% more CPU than the in-memory path's in page faults
-    and munmap (bench/RESULTS.md). This sets both thresholds to where glibc's own adjustment takes them
-    (32 MB, the most it goes to, and twice that to trim). Elsewhere than glibc, it does nothing.
+    128 KB (its log: "Memory patch applied"), against memory growth. Setting a threshold turns off glibc's
+    own adjustment of the mmap threshold, and after it every block over about 128 KB that a training step
+    allocated was mapped and unmapped again: the stream's steps spent 10-15% more CPU than the in-memory
+    path's in page faults and munmap (bench/RESULTS.md). This sets both thresholds to where glibc's own
+    adjustment takes them (32 MB, the most it goes to, and twice that to trim). Elsewhere than glibc, it
+    does nothing.
     """
     if platform.libc_ver()[0] != "glibc":
         return
