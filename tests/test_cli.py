@@ -2,9 +2,12 @@
 
 import dataclasses
 import json
+import math
 import os
+import re
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -92,6 +95,40 @@ def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
 
     assert main(["attention", "--model", str(out), "a i", "--out", str(tmp_path / "attention.png")]) == 0
     assert (tmp_path / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_batch_tokens_and_the_papers_schedule_reach_the_training_itself(tmp_path, capsys, monkeypatch):
+    """The flags reach the config (below); these two reach what trains: batches of `--batch-tokens` padded
+    tokens, and the optimizer of the saved model on the paper's schedule."""
+    import kformer.training.jobs
+
+    sizes = []  # of the first batch of each dataset the job makes: the training one first
+
+    def make_dataset(*args, **kwargs):
+        dataset = original(*args, **kwargs)
+        sizes.append(int(next(iter(dataset))[1].shape[0]))
+        return dataset
+
+    original = kformer.training.jobs.make_dataset
+    monkeypatch.setattr(kformer.training.jobs, "make_dataset", make_dataset)
+    lines = [f"{a} {b}\t{b} {a}" for a in "abcdefgh" for b in "ijklmnop"]
+    data = tmp_path / "pairs.tsv"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "model"
+    tiny = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --max-length 8 --no-xla"
+    argv = f"train --data {data} --out {out} --epochs 1 --batch-tokens 64 --schedule noam --warmup-steps 10 {tiny}"
+    assert main(argv.split()) == 0
+    pairs, steps = re.search(r"on ([\d,]+) pairs \((\d+) steps an epoch", capsys.readouterr().out).groups()
+    # Every pair is 2 letters a side, one token each, 3 with [START] or [END]: all in the first bucket, 8
+    # tokens wide, so 64 // 8 = 8 pairs a batch (the default --batch-size would take 64), and so counted.
+    assert sizes[0] == 8 and int(steps) == math.ceil(int(pairs.replace(",", "")) / 8) > 2
+    with zipfile.ZipFile(out / "model.keras") as saved:
+        compiled = json.loads(saved.read("config.json"))["compile_config"]
+    schedule = compiled["optimizer"]["config"]["learning_rate"]
+    assert (schedule["class_name"], schedule["config"]) == (
+        "TransformerSchedule",
+        {"d_model": 16, "warmup_steps": 10, "scale": 1.0},
+    )
 
 
 @pytest.mark.slow
