@@ -131,6 +131,54 @@ def test_batch_tokens_and_the_papers_schedule_reach_the_training_itself(tmp_path
     )
 
 
+class _Stop(Exception):
+    """Raised by a spy to end a `kformer train` run once it has seen what the test wants."""
+
+
+def test_train_data_reads_txt_zip_and_aligned_files_splits_2_2_and_learns_from_the_training_split(
+    tmp_path, monkeypatch
+):
+    """`--data` as .txt, .zip and two aligned files gives the job the same splits: 2% validation and 2% test,
+    by source sentence, together the file's pairs; and the vocabularies are learned from the training split
+    alone. The run is stopped where the learning would start."""
+    import kformer.training.jobs as jobs
+
+    words = "casa perro gato sol luna mar pan agua".split()
+    pairs = [(f"{words[i % 8]} {i}", f"{words[i // 8 % 8]} {i}") for i in range(5000)]  # sources all distinct
+    (tmp_path / "pairs.txt").write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    with zipfile.ZipFile(tmp_path / "pairs.zip", "w") as archive:
+        archive.write(tmp_path / "pairs.txt", "pairs.txt")
+    (tmp_path / "a.en").write_text("".join(f"{s}\n" for s, _ in pairs), encoding="utf-8")
+    (tmp_path / "a.es").write_text("".join(f"{t}\n" for _, t in pairs), encoding="utf-8")
+
+    seen = {}
+
+    def train_translator(splits, *args, **kwargs):
+        seen["splits"] = {name: list(split) for name, split in splits.items()}
+        return original(splits, *args, **kwargs)
+
+    def build_vocabularies(wanted):
+        seen["learned from"] = [sentences for sentences, _ in wanted]
+        raise _Stop
+
+    original = jobs.train_translator
+    monkeypatch.setattr(jobs, "train_translator", train_translator)
+    monkeypatch.setattr(jobs, "build_vocabularies", build_vocabularies)
+    splits_of = {}
+    for data in ("pairs.txt", "pairs.zip", "a.en,a.es"):
+        files = ",".join(str(tmp_path / name) for name in data.split(","))
+        with pytest.raises(_Stop):
+            main(["--quiet", "train", "--data", files, "--out", str(tmp_path / ("out-" + data.replace(",", "-")))])
+        splits = splits_of[data] = seen["splits"]
+        train = splits["train"]
+        assert seen["learned from"] == [[s for s, _ in train], [t for _, t in train]]
+        assert sorted(train + splits["valid"] + splits["test"]) == sorted(pairs)
+        for held_out in ("valid", "test"):
+            assert abs(len(splits[held_out]) / len(pairs) - 0.02) < 0.008  # 4 standard errors at 5,000 pairs
+            assert not {s for s, _ in splits[held_out]} & {s for s, _ in train}
+    assert splits_of["pairs.txt"] == splits_of["pairs.zip"] == splits_of["a.en,a.es"]
+
+
 @pytest.mark.slow
 def test_demo_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys):
     assert main(["--quiet", "demo", "--out", str(tmp_path / "demo"), "--minutes", "0.02"]) == 0
