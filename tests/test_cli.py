@@ -1,5 +1,6 @@
 """The `kformer` command line."""
 
+import csv
 import dataclasses
 import json
 import math
@@ -74,8 +75,22 @@ def test_unknown_command_is_one_clear_error(capsys):
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
 
 
+def _tensorboard_epoch_scalars(folder):
+    """{tag: its values in step order} of the `epoch_*` scalars in the TensorBoard event files in `folder`."""
+    import tensorflow as tf
+
+    values = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.tag.startswith("epoch_"):
+                    values.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+    return {tag: [by_step[step] for step in sorted(by_step)] for tag, by_step in values.items()}
+
+
 def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
-    lines = [f"{a} {b}\t{b} {a}" for a in "abcdefgh" for b in "ijklmnop"]
+    lines = [f"{a} {b}\t{b} {a}" for a in "abcdefghijkl" for b in "mnopqrstuvwx"]  # a few held out
     data = tmp_path / "pairs.tsv"
     data.write_text("\n".join(lines * 2) + "\n", encoding="utf-8")
     out = tmp_path / "model"
@@ -84,7 +99,17 @@ def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
     assert main(argv.split()) == 0
     assert "Saved the model directory" in capsys.readouterr().out
     assert (out / "learning_curves.png").stat().st_size > 0
-    assert (out / "training" / "history.csv").read_text().count("\n") == 3
+    with open(out / "training" / "history.csv", newline="") as file:
+        epochs = list(csv.DictReader(file))
+    assert len(epochs) == 2
+    # TensorBoard holds each epoch's scalars too, though 4 steps an epoch is no multiple of its update_freq.
+    train, valid = (_tensorboard_epoch_scalars(out / "training" / "logs" / side) for side in ("train", "validation"))
+    for events, tag, column in (
+        (train, "epoch_loss", "loss"),
+        (valid, "epoch_chrf", "val_chrf"),
+        (valid, "epoch_bleu", "val_bleu"),
+    ):
+        assert events[tag] == pytest.approx([float(epoch[column]) for epoch in epochs], rel=1e-6), tag
 
     assert main(["evaluate", "--model", str(out), "--data", str(data), "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)

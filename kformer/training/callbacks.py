@@ -1,4 +1,4 @@
-"""Callbacks around model.fit: the time budget, checkpoint averaging, and the resumable backup."""
+"""Callbacks around model.fit: the time budget, checkpoint averaging, TensorBoard logs, and the resumable backup."""
 
 import collections
 import contextlib
@@ -150,6 +150,20 @@ class CheckpointAverage(keras.callbacks.Callback):
             self.model.set_weights(average)
         else:
             self.chrf = self.keeper.consider(average)
+
+
+class TensorBoard(keras.callbacks.TensorBoard):
+    """Keras' TensorBoard callback, whose epoch summaries are written whatever step an epoch ends on.
+
+    With an integer `update_freq`, Keras' callback records summaries only
+    on steps that are a multiple of it, and that condition is still in force
+    at an epoch's end, so an epoch's loss, val_chrf and val_bleu were lost
+    unless its last step fell on a multiple (tensorflow/tensorboard#4975).
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        with tf.summary.record_if(True):
+            super().on_epoch_end(epoch, logs)
 
 
 class TrainingStopped(RuntimeError):

@@ -35,7 +35,7 @@ from kformer.model_dir import (
     run_lock,
     write_atomically,
 )
-from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TimeBudget
+from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TensorBoard, TimeBudget
 from kformer.training.config import ARCHITECTURE, ConfigError, TrainingConfig
 from kformer.training.distribute import fit_across_workers, make_strategy
 from kformer.training.evaluation import BestTranslations
@@ -170,7 +170,7 @@ def _callbacks(out, config, keeper, budget, backup, average):
         callbacks += [keeper, stopper]
     callbacks += [
         keras.callbacks.CSVLogger(str(training_dir / "history.csv"), append=True),
-        keras.callbacks.TensorBoard(str(training_dir / "logs"), update_freq=100),
+        TensorBoard(str(training_dir / "logs"), update_freq=100),
     ]
     if budget is not None:
         callbacks.append(budget)
