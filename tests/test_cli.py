@@ -231,11 +231,19 @@ def test_strategy_flag_builds_the_model_that_trains_under_that_strategy(strategy
 
 
 @pytest.mark.slow
-def test_demo_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys):
-    assert main(["--quiet", "demo", "--out", str(tmp_path / "demo"), "--minutes", "0.02"]) == 0
+def test_demo_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys, monkeypatch):
+    """Without --out: the model directory kformer-demo/ with its learning curves, the test split's BLEU and
+    exact match, and a translation of each seed sentence."""
+    from kformer.data.corpus import SEED_SENTENCES
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--quiet", "demo", "--minutes", "0.02"]) == 0
     out = capsys.readouterr().out
-    assert "held-out test: BLEU" in out and "the black cat sleeps  ->" in out
-    assert (tmp_path / "demo" / "config.json").is_file()
+    assert re.search(r"held-out test: BLEU [\d.]+ +chrF [\d.]+ +exact match [\d.]+%", out), out
+    assert all(f"  {sentence}  ->  " in out for sentence in SEED_SENTENCES)
+    assert "the black cat sleeps" in SEED_SENTENCES
+    assert (tmp_path / "kformer-demo" / "config.json").is_file()
+    assert (tmp_path / "kformer-demo" / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(
