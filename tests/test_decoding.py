@@ -230,6 +230,33 @@ def test_translator_saves_as_a_savedmodel_signature(trained, tmp_path):
     assert out.strip().splitlines()[-1] == "|".join(expected) == "a b c|d e"
 
 
+def test_xla_compiles_the_loop_once_per_batch_rows_and_source_bucket(tmp_path):
+    """XLA's own count, from its dump of each module it compiles (a fresh process, so that the flag is read):
+    sources padded to a multiple of 8 tokens and a lone sentence to two rows, whatever the output length."""
+    out = run_fresh_python(
+        f"""
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_dump_to=dump --xla_dump_hlo_module_re=.*decode_fixed.*"
+        import numpy as np
+        from kformer import TrainedModel, Translator, build_transformer
+        from kformer.data.text import Tokenizer
+
+        model = build_transformer({len(VOCAB)}, {len(VOCAB)}, d_model=16, num_heads=2, num_layers=1, d_ff=32)
+        tokenizer = Tokenizer({VOCAB!r})
+        translator = Translator(TrainedModel(model, tokenizer, tokenizer, {{"kind": "translator", "max_length": 24}}))
+        compiled = []
+        for rows, width in ((1, 3), (1, 7), (2, 5), (1, 12), (5, 6), (5, 3), (2, 16), (1, 9)):
+            translator.translate_ids(np.full((rows, width), 5, "int32"))
+            modules = {{name.split(".")[0] for name in os.listdir("dump") if name.endswith("before_optimizations.txt")}}
+            compiled.append(len(modules))
+        print(compiled)
+        """,
+        cwd=tmp_path,
+    )
+    # Rows 2 (a lone sentence padded to two) and width 8, then 16, then 5 rows of 8; nothing new after.
+    assert out.strip().splitlines()[-1] == "[1, 1, 1, 2, 3, 3, 3, 3]"
+
+
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
 def test_xla_loop_over_fixed_buffers_gives_the_plain_loops_tokens(random_model, trained, beam_size):
     """Two implementations: caches growing in a graph loop, fixed ones compiled by XLA (batch-padded, bucketed)."""
