@@ -245,3 +245,13 @@ def test_export_of_a_language_model_runs_the_same_in_every_runtime(alphabet_lm, 
         """,
         cwd=tmp_path,
     )
+
+
+def test_prompts_utf8_cannot_encode_read_with_question_marks_and_what_is_not_strings_is_one_error(random_lm):
+    """`Generator.generate` takes prompts as `Translator.translate` takes sentences (both through `utf8_batch`)."""
+    generator = Generator(random_lm, max_new_tokens=6)
+    assert generator.generate(["a\udcffb", "c"]) == generator.generate(["a?b", "c"])
+    assert generator.generate([]) == []
+    for prompts, message in (("a b", r"not one string: wrap it as \['a b'\]"), (["a", 3], "item 1 is a int: 3")):
+        with pytest.raises(TypeError, match=message):
+            generator.generate(prompts)
