@@ -108,6 +108,7 @@ def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
         (train, "epoch_loss", "loss"),
         (valid, "epoch_chrf", "val_chrf"),
         (valid, "epoch_bleu", "val_bleu"),
+        (valid, "epoch_loss", "val_loss"),
     ):
         assert events[tag] == pytest.approx([float(epoch[column]) for epoch in epochs], rel=1e-6), tag
 
@@ -164,12 +165,15 @@ def test_train_data_reads_txt_zip_and_aligned_files_splits_2_2_and_learns_from_t
     tmp_path, monkeypatch
 ):
     """`--data` as .txt, .zip and two aligned files gives the job the same splits: 2% validation and 2% test,
-    by source sentence, together the file's pairs; and the vocabularies are learned from the training split
-    alone. The run is stopped where the learning would start."""
+    by source sentence (a source's two translations stay together), together the file's pairs; and the
+    vocabularies are learned from the training split alone. The run is stopped where the learning would start."""
     import kformer.training.jobs as jobs
 
     words = "casa perro gato sol luna mar pan agua".split()
-    pairs = [(f"{words[i % 8]} {i}", f"{words[i // 8 % 8]} {i}") for i in range(5000)]  # sources all distinct
+    sources = [f"{words[i % 8]} {i}" for i in range(2500)]
+    # Each source twice, with two translations 2,500 lines apart: a split by pair would part them.
+    pairs = [(source, f"{words[i // 8 % 8]} {i}") for i, source in enumerate(sources)]
+    pairs += [(source, f"{words[i // 64 % 8]} {i} bis") for i, source in enumerate(sources)]
     (tmp_path / "pairs.txt").write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     with zipfile.ZipFile(tmp_path / "pairs.zip", "w") as archive:
         archive.write(tmp_path / "pairs.txt", "pairs.txt")
@@ -191,6 +195,7 @@ def test_train_data_reads_txt_zip_and_aligned_files_splits_2_2_and_learns_from_t
     monkeypatch.setattr(jobs, "build_vocabularies", build_vocabularies)
     splits_of = {}
     for data in ("pairs.txt", "pairs.zip", "a.en,a.es"):
+        seen.clear()
         files = ",".join(str(tmp_path / name) for name in data.split(","))
         with pytest.raises(_Stop):
             main(["--quiet", "train", "--data", files, "--out", str(tmp_path / ("out-" + data.replace(",", "-")))])
@@ -199,8 +204,10 @@ def test_train_data_reads_txt_zip_and_aligned_files_splits_2_2_and_learns_from_t
         assert seen["learned from"] == [[s for s, _ in train], [t for _, t in train]]
         assert sorted(train + splits["valid"] + splits["test"]) == sorted(pairs)
         for held_out in ("valid", "test"):
-            assert abs(len(splits[held_out]) / len(pairs) - 0.02) < 0.008  # 4 standard errors at 5,000 pairs
-            assert not {s for s, _ in splits[held_out]} & {s for s, _ in train}
+            assert abs(len(splits[held_out]) / len(pairs) - 0.02) < 0.012  # 4 standard errors at 2,500 sources
+            held_out_sources = [s for s, _ in splits[held_out]]
+            assert not set(held_out_sources) & {s for s, _ in train}
+            assert all(held_out_sources.count(source) == 2 for source in held_out_sources)  # both translations
     assert splits_of["pairs.txt"] == splits_of["pairs.zip"] == splits_of["a.en,a.es"]
 
 

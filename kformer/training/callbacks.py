@@ -159,10 +159,13 @@ class TensorBoard(keras.callbacks.TensorBoard):
     on steps that are a multiple of it, and that condition is still in force
     at an epoch's end, so an epoch's loss, val_chrf and val_bleu were lost
     unless its last step fell on a multiple (tensorflow/tensorboard#4975).
+    Its `evaluation_*_vs_iterations` summaries are left as Keras writes them
+    (their condition is set and unset around validation): each epoch's
+    validation loss is in the epoch summaries.
     """
 
     def on_epoch_end(self, epoch, logs=None):
-        with tf.summary.record_if(True):
+        with tf.summary.record_if(True):  # on_epoch_end neither sets nor unsets Keras' own condition
             super().on_epoch_end(epoch, logs)
 
 
