@@ -70,13 +70,14 @@ def batches_per_epoch(pairs, source_tokenizer, target_tokenizer, batch_size=64, 
 def reuse_freed_memory():
     """Lets glibc's malloc keep freed blocks of up to 32 MB for reuse, as it does until `from_generator` runs.
 
-    TensorFlow's generator dataset, on its first element under Python 3.11+, sets glibc's trim threshold to
-    128 KB (its log: "Memory patch applied"), against memory growth. Setting a threshold turns off glibc's
-    own adjustment of the mmap threshold, and after it every block over about 128 KB that a training step
-    allocated was mapped and unmapped again: the stream's steps spent 10-15% more CPU than the in-memory
-    path's in page faults and munmap (bench/RESULTS.md). This sets both thresholds to where glibc's own
-    adjustment takes them (32 MB, the most it goes to, and twice that to trim). Elsewhere than glibc, it
-    does nothing.
+    TensorFlow's generator dataset, on its first element (under Python 3.11+, against memory growth there),
+    sets glibc's malloc thresholds: its log names the trim threshold, 128 KB, and the mmap threshold stays
+    at about 128 KB after it too (bench/RESULTS.md). After it every block over that size that a training
+    step allocated was mapped and unmapped again: the stream's steps spent 10-15% more CPU than the
+    in-memory path's in page faults and munmap. This sets both thresholds where glibc's own adjustment
+    takes them (32 MB, the most it goes to, and twice that to trim), for the whole process, after
+    TensorFlow's setting; freed blocks kept for reuse cost some memory (0.06 GB at the peak of a
+    100,000-pair stream, bench/RESULTS.md). Elsewhere than glibc, it does nothing.
     """
     if platform.libc_ver()[0] != "glibc":
         return
