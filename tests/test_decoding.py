@@ -232,7 +232,8 @@ def test_translator_saves_as_a_savedmodel_signature(trained, tmp_path):
 
 def test_xla_compiles_the_loop_once_per_batch_rows_and_source_bucket(tmp_path):
     """XLA's own count, from its dump of each module it compiles (a fresh process, so that the flag is read):
-    sources padded to a multiple of 8 tokens and a lone sentence to two rows, whatever the output length."""
+    sources padded to a multiple of 8 tokens and a lone sentence to two rows, whatever the output length (the
+    loop's length, min(width + extra tokens, 24), differs between widths 3 and 7)."""
     out = run_fresh_python(
         f"""
         import os

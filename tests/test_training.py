@@ -299,8 +299,8 @@ def test_under_mixed_precision_the_loss_is_float32_computed_from_float32_logits(
 
 
 def test_a_budget_under_ten_steps_warms_up_in_one():
-    """A tenth of 5 steps is half a step: the warmup is floored at one, so the first update is at the peak
-    (the paper's peak, at its 4,000 warmup steps by default)."""
+    """A tenth of 5 steps is half a step: the warmup is floored at one, so it is over by the first update,
+    which is already on the linear decay from the peak (the paper's, at its 4,000 warmup steps by default)."""
     schedule = BudgetSchedule(d_model=64, total_steps=5)
     peak = 64**-0.5 * 4000**-0.5
     rates = [float(schedule(step)) for step in range(5)]
