@@ -4,6 +4,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import functools  # noqa: E402
+import hashlib  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
@@ -107,14 +108,29 @@ def _copy_task_weights():
     """The copy task's weights, trained once a test run: the first worker that needs them trains and shares them."""
     import filelock
 
-    if _SHARED["folder"] is None:
+    if _SHARED["folder"] is not None:
+        path = _SHARED["folder"] / "copy_task.npz"
+    elif _training_runs_unmutated():  # named by the code that trains it: a change to it trains afresh
+        code = b"".join(path.read_bytes() for path in sorted([*(REPO / "kformer").rglob("*.py"), Path(__file__)]))
+        path = REPO / f"copy_task-{hashlib.sha256(code).hexdigest()[:16]}.npz"
+    else:
         return _train_copy_task()
-    path = _SHARED["folder"] / "copy_task.npz"
     with filelock.FileLock(f"{path}.lock"):
         if not path.is_file():
             np.savez(path, *_train_copy_task())
         with np.load(path) as saved:
             return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+
+def _training_runs_unmutated():
+    """True under mutmut in its clean run, or with a mutant that training never runs (the decoding loops).
+
+    Then every mutant's worker loads the copy task's weights from mutmut's copy of the repository
+    instead of training them again; a mutant of the layers or the loss still trains its own. Not
+    in mutmut's stats run, which must see training call the loss and the layers.
+    """
+    mutant = os.environ.get("MUTANT_UNDER_TEST")
+    return REPO.name == "mutants" and mutant is not None and (mutant == "" or mutant.startswith("kformer.inference."))
 
 
 def _train_copy_task():

@@ -1,5 +1,7 @@
 """Decoding: the KV cache against the plain path, beam against greedy, batching, bad input."""
 
+import inspect
+
 import keras
 import numpy as np
 import pytest
@@ -7,7 +9,7 @@ import tensorflow as tf
 from conftest import VOCAB, copy_task_model, run_fresh_python, to_numpy
 
 from kformer import Translator, build_transformer
-from kformer.data.text import END_ID, START_ID
+from kformer.data.text import END_ID, PAD_ID, START_ID
 from kformer.inference.decoding import GROW, _step_function, _top_logits, beam_search, decode, greedy_search
 from kformer.layers import make_padding_mask
 
@@ -99,6 +101,40 @@ def test_beam_of_one_is_greedy(random_model):
     np.testing.assert_array_equal(to_numpy(beam), to_numpy(greedy))
 
 
+def test_decode_takes_one_cached_step_a_token_by_default(trained, monkeypatch):
+    """The copy model on sources 2, 4 and 3 long (int64 ids): each copy, [END], [PAD]; 4 + 1 steps, the longest
+    row's, each a cached step; the uncached path takes none and gives the same tokens."""
+    decoder = trained.model.get_layer("decoder")
+    steps, step = [], decoder.decode_step
+    monkeypatch.setattr(decoder, "decode_step", lambda *args: steps.append(1) or step(*args))
+    tokens = np.array([[5, 6, 0, 0], [7, 8, 9, 10], [11, 4, 5, 0]], "int64")
+    output = to_numpy(decode(trained.model, tokens, max_length=8))
+    expected = [[5, 6, END_ID, 0, 0, 0, 0, 0], [7, 8, 9, 10, END_ID, 0, 0, 0], [11, 4, 5, END_ID, 0, 0, 0, 0]]
+    np.testing.assert_array_equal(output, expected)
+    assert len(steps) == 5
+    np.testing.assert_array_equal(to_numpy(decode(trained.model, tokens, max_length=8, use_cache=False)), expected)
+    assert len(steps) == 5
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_decoding_drops_nothing_in_a_model_built_with_dropout(beam_size):
+    """Dropout 0.5 everywhere: decode gives the tokens of the same weights in a model without dropout."""
+    keras.utils.set_random_seed(6)
+    sizes = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64)
+    with_dropout = build_transformer(len(VOCAB), len(VOCAB), dropout=0.5, **sizes)
+    without = build_transformer(len(VOCAB), len(VOCAB), dropout=0.0, **sizes)
+    without.set_weights(with_dropout.get_weights())
+    tokens = random_tokens(4, 6, seed=4)
+    decoder_tokens = tokens[:, ::-1].copy()  # some target: while training, dropout changes its argmax somewhere
+    dropped = to_numpy(with_dropout([tokens, decoder_tokens], training=True)).argmax(-1)
+    assert (dropped != to_numpy(without([tokens, decoder_tokens])).argmax(-1)).any()
+    for use_cache in (True, False):
+        expected = to_numpy(decode(without, tokens, 8, beam_size=beam_size, use_cache=use_cache))
+        np.testing.assert_array_equal(
+            to_numpy(decode(with_dropout, tokens, 8, beam_size, use_cache=use_cache)), expected
+        )
+
+
 def test_trained_model_copies_with_greedy_and_beam(trained):
     for beam_size in (1, 4):
         translator = Translator(trained, beam_size=beam_size)
@@ -121,9 +157,24 @@ def test_beam_search_finds_a_sequence_at_least_as_likely_as_greedy(random_model)
     assert (log_prob(beam) >= log_prob(greedy) - 1e-4).all()
 
 
+def test_decode_by_default_takes_the_likeliest_token_at_every_step(random_model):
+    """Greedy, as the whole model scores the output (teacher-forced): each token is its row's argmax."""
+    tokens = random_tokens(4, 6)
+    output = to_numpy(decode(random_model, tokens, max_length=8))
+    decoder_tokens = np.concatenate([np.full((4, 1), START_ID), output[:, :-1]], 1).astype("int32")
+    likeliest = to_numpy(tf.argmax(random_model([tokens, decoder_tokens]), axis=-1))
+    np.testing.assert_array_equal(np.where(output > 0, likeliest, 0), output)
+
+
+def test_decodes_length_penalty_is_the_translators_gnmt_0_6():
+    penalty = inspect.signature(decode).parameters["length_penalty"].default
+    assert penalty == inspect.signature(Translator).parameters["length_penalty"].default == 0.6
+
+
 @pytest.mark.parametrize("vocab, k", [(8000, 4), (6961, 5), (17, 2), (10, 4), (3, 3)])
-def test_top_logits_equal_top_k(vocab, k):
-    logits = tf.random.stateless_normal((7, vocab), seed=[vocab, k])
+@pytest.mark.parametrize("shift", [0.0, -100.0])  # logits all negative: the last block's padding must not win
+def test_top_logits_equal_top_k(vocab, k, shift):
+    logits = tf.random.stateless_normal((7, vocab), seed=[vocab, k]) + shift
     values, ids, row_max = _top_logits(logits, k)
     expected_values, expected_ids = tf.math.top_k(logits, k)
     np.testing.assert_array_equal(to_numpy(values), to_numpy(expected_values))
@@ -131,14 +182,26 @@ def test_top_logits_equal_top_k(vocab, k):
     np.testing.assert_array_equal(to_numpy(row_max), to_numpy(tf.reduce_max(logits, axis=1)))
 
 
-def reference_beam_search(table, batch, max_length, beam_size, length_penalty):
+def test_top_logits_never_ranks_or_copies_the_whole_vocabulary():
+    """Its point: V = 8000, k = 4: top-k runs over 89 block maxima and 4 blocks of 90, and no tensor is wider
+    than V + one block a row (the last block's padding)."""
+    graph = tf.function(lambda logits: _top_logits(logits, 4)).get_concrete_function(tf.TensorSpec([7, 8000])).graph
+    outputs = [x for op in graph.get_operations() for x in op.outputs]
+    assert all(x.shape.is_fully_defined() for x in outputs)
+    assert max(x.shape.num_elements() for x in outputs) <= 7 * (8000 + 90)
+    ranked = [op.inputs[0].shape[-1] for op in graph.get_operations() if op.type == "TopKV2"]
+    assert sorted(ranked) == [89, 4 * 90]
+
+
+def reference_beam_search(tables, max_length, beam_size, length_penalty):
     """Beam search as its definition reads, in NumPy: rank all beam_size * V continuations.
 
-    The "model" is a bigram table: the logits after token a are table[a].
+    The "model" is a bigram table for each sentence: the logits after token a in sentence s are tables[s, a].
     """
-    vocab = table.shape[1]
-    log_table = table - np.log(np.exp(table).sum(1, keepdims=True))  # log-softmax per row
+    batch, vocab = tables.shape[0], tables.shape[2]
+    log_tables = tables - np.log(np.exp(tables).sum(2, keepdims=True))  # log-softmax per row
     rows = batch * beam_size
+    sentence = np.arange(rows) // beam_size  # rows are sentence-major, and a beam's parent is of its sentence
     tokens = np.zeros((rows, max_length + 1), np.int64)
     tokens[:, 0] = START_ID
     scores = np.tile([0.0] + [-1e9] * (beam_size - 1), batch)
@@ -146,7 +209,7 @@ def reference_beam_search(table, batch, max_length, beam_size, length_penalty):
     for t in range(max_length):
         if finished.all():
             break
-        log_probs = log_table[tokens[:, t]]  # (rows, V)
+        log_probs = log_tables[sentence, tokens[:, t]]  # (rows, V)
         log_probs[finished] = np.where(np.arange(vocab) == 0, 0.0, -1e9)  # finished: [PAD] only, free
         candidates = (scores[:, None] + log_probs).reshape(batch, beam_size * vocab)
         top = np.argsort(-candidates, axis=1, kind="stable")[:, :beam_size]  # (B, beam)
@@ -164,19 +227,23 @@ def reference_beam_search(table, batch, max_length, beam_size, length_penalty):
 
 @pytest.mark.parametrize("beam_size, length_penalty", [(2, 0.0), (4, 0.6), (5, 1.0)])
 def test_beam_search_equals_the_reference_search(beam_size, length_penalty):
+    """Six sentences, each its own search: they end at different steps, some never."""
     vocab, batch, max_length = 12, 6, 9
     rng = np.random.default_rng(beam_size)
-    table = rng.normal(0, 2, size=(vocab, vocab))
-    table[:, END_ID] += rng.normal(0, 1.5, size=vocab)  # sentences end at different steps
-    table[:, :END_ID] = -30.0  # the reserved ids 0-2 are never likely
-    logits_table = tf.constant(table, tf.float32)
+    tables = rng.normal(0, 2, size=(batch, vocab, vocab))
+    tables[:, :, END_ID] += rng.normal(0, 1.5, size=(batch, vocab))  # sentences end at different steps
+    tables[:, :, :END_ID] = -30.0  # the reserved ids 0-2 are never likely
+    logits_tables = tf.constant(tables, tf.float32)
+    sentence = tf.range(batch * beam_size) // beam_size
 
     def step(tokens, t, state):
-        return tf.gather(logits_table, tf.gather(tokens, t, axis=1)), state
+        return tf.gather_nd(logits_tables, tf.stack([sentence, tf.gather(tokens, t, axis=1)], axis=1)), state
 
     done = tf.zeros([batch * beam_size], tf.bool)
     ours = beam_search(step, (), done, max_length, beam_size, length_penalty)
-    expected = reference_beam_search(table, batch, max_length, beam_size, length_penalty)
+    expected = reference_beam_search(tables, max_length, beam_size, length_penalty)
+    assert len({tuple(row) for row in expected}) == batch  # six searches, not one six times
+    assert {bool(ended) for ended in (expected == END_ID).any(axis=1)} == {True, False}
     np.testing.assert_array_equal(to_numpy(ours), expected)
 
 
@@ -290,6 +357,17 @@ def test_beam_search_runs_the_compiled_loop_up_to_64_sentences_a_batch_and_the_g
         translator.translate_ids(random_tokens(batch, 3, seed=batch))
         assert int(runs.numpy()) == runs_after, batch
     assert XLA_BEAM_BATCH == 64  # as the README and Translator's docstring say
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_fixed_buffer_is_the_results_width_with_pad_after_max_length(trained, beam_size):
+    """`decode(..., buffer_length=9)`, max_length 4: `(B, 9)`, the plain loop's 4 tokens then [PAD], as documented."""
+    tokens = random_tokens(3, 6)
+    plain = to_numpy(decode(trained.model, tokens, 4, beam_size=beam_size))
+    fixed = to_numpy(decode(trained.model, tokens, 4, beam_size=beam_size, buffer_length=9))
+    assert fixed.shape == (3, 9)
+    np.testing.assert_array_equal(fixed[:, :4], plain)
+    assert (fixed[:, 4:] == PAD_ID).all()
 
 
 def test_fixed_buffer_steps_equal_the_full_decoder(random_model):

@@ -12,7 +12,7 @@ import kformer
 from kformer import Generator
 from kformer.cli import main
 from kformer.data.text import PAD_ID, START_ID, Tokenizer
-from kformer.inference.decoding import sampler
+from kformer.inference.decoding import continue_prompts, sampler
 from kformer.model_dir import TrainedModel
 from kformer.training.config import TrainingConfig
 from kformer.training.jobs import train_language_model
@@ -129,6 +129,23 @@ def test_generation_stops_at_the_stop_token_and_the_budget(random_lm):
     assert at < 5  # so stopping there must change the output
     stopping = Generator(random_lm, max_new_tokens=6, stop_token=random_lm.target_tokenizer.vocabulary[full[at]])
     assert [int(t) for t in to_numpy(stopping.generate_ids(prompt))[0]] == full[: at + 1] + [PAD_ID] * (5 - at)
+
+
+def test_each_row_of_a_batch_stops_on_its_own_and_the_loop_with_the_last(alphabet_lm, monkeypatch):
+    """Prompts "a" and "m n o", 4 new tokens, stop at "p": the second row stops at its first token and writes only
+    [PAD] while the first runs its budget; the loop (cached by default) ends with the last token: 1 + 4 steps."""
+    trained = kformer.load(alphabet_lm)
+    decoder = trained.model.get_layer("decoder")
+    steps, step = [], decoder.decode_step
+    monkeypatch.setattr(decoder, "decode_step", lambda *args: steps.append(1) or step(*args))
+
+    def ids(text):
+        return [trained.target_tokenizer.vocabulary.index(letter) for letter in text.split()]
+
+    prompts = tf.constant([ids("a") + [PAD_ID] * 2, ids("m n o")], tf.int32)
+    written = to_numpy(continue_prompts(decoder, prompts, 4, sampler(), stop_id=ids("p")[0])).tolist()
+    assert written == [ids("b c d e"), ids("p") + [PAD_ID] * 3]
+    assert len(steps) == 5
 
 
 @pytest.mark.parametrize(
