@@ -89,6 +89,30 @@ def test_saved_model_cli_lists_both_signatures(exported):
     assert "signature_def['serving_default']" in shown and "signature_def['translate_ids']" in shown
 
 
+# What each client must run without: kformer always; TensorFlow and Keras too, unless it loads TensorFlow's own
+# formats (the SavedModel, or TFLite with tensorflow-text's tokenizer kernels: `--strings`), which import both.
+NOT_NEEDED = ("kformer", "keras", "tensorflow")
+_REFUSE_IMPORTS = """
+import runpy, sys
+refused = set(sys.argv[1].split(","))
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in refused:
+            raise ModuleNotFoundError(f"the client imported {name}", name=name)
+
+sys.meta_path.insert(0, Refuse())
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def run_client(client, *args, refused=NOT_NEEDED):
+    """Runs export/`client` in a fresh Python in which importing any of `refused` fails."""
+    argv = [sys.executable, "-c", _REFUSE_IMPORTS, ",".join(refused), str(REPO / "export" / client), *args]
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
 def assert_saved_model_runs_alone(out, reference):
     """In a fresh process with only tensorflow and tensorflow_text: the Keras model's ids and translations."""
     run_fresh_python(
@@ -111,9 +135,7 @@ def test_saved_model_runs_with_only_tensorflow_and_tensorflow_text(exported, ref
 
 def test_the_rest_request_replays_to_its_response(trained, exported):
     out, _ = exported
-    result = subprocess.run(
-        [sys.executable, str(REPO / "export" / "serving_client.py"), str(out)], capture_output=True, text=True
-    )
+    result = run_client("serving_client.py", str(out), refused=("kformer",))
     assert result.returncode == 0, result.stderr[-3000:]
     response = json.loads((out / "serving" / "response.json").read_text())
     assert json.loads(result.stdout.strip().splitlines()[-1]) == response
@@ -166,21 +188,19 @@ def test_onnx_matches_keras(exported, reference):
 
 
 @pytest.mark.parametrize(
-    "client, extra",
+    "client, extra, refused",
     [
-        ("tflite_client.py", []),
-        ("tflite_client.py", ["--strings"]),
-        ("onnx_client.py", []),
-        ("ctranslate2_client.py", []),
-        ("ctranslate2_client.py", ["--model", "ctranslate2_int8"]),
+        ("tflite_client.py", [], NOT_NEEDED),
+        ("tflite_client.py", ["--strings"], ("kformer",)),
+        ("onnx_client.py", [], NOT_NEEDED),
+        ("ctranslate2_client.py", [], NOT_NEEDED),
+        ("ctranslate2_client.py", ["--model", "ctranslate2_int8"], NOT_NEEDED),
     ],
 )
-def test_deployment_clients_translate_like_keras(trained, exported, client, extra):
+def test_deployment_clients_translate_like_keras_without_kformer(trained, exported, client, extra, refused):
     out, _ = exported
     expected = Translator(trained).translate(SENTENCES)
-    result = subprocess.run(
-        [sys.executable, str(REPO / "export" / client), str(out), *extra, *SENTENCES], capture_output=True, text=True
-    )
+    result = run_client(client, str(out), *extra, *SENTENCES, refused=refused)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == expected
 
@@ -561,12 +581,12 @@ def test_a_beam_export_decodes_with_beams_in_every_runtime_that_bakes_it_in(tmp_
     command = ["--quiet", "export", "--model", str(tmp_path / "model"), "--out", str(out), "--beam", "4"]
     assert main([*command, "--formats", "saved_model, tflite,onnx", "--name", "translator", "--version", "3"]) == 0
     assert not (out / "ctranslate2").exists()
-    for client, extra in [("tflite_client.py", []), ("tflite_client.py", ["--strings"]), ("onnx_client.py", [])]:
-        result = subprocess.run(
-            [sys.executable, str(REPO / "export" / client), str(out), *extra, *BEAM_SENTENCES],
-            capture_output=True,
-            text=True,
-        )
+    for client, extra, refused in [
+        ("tflite_client.py", [], NOT_NEEDED),
+        ("tflite_client.py", ["--strings"], ("kformer",)),
+        ("onnx_client.py", [], NOT_NEEDED),
+    ]:
+        result = run_client(client, str(out), *extra, *BEAM_SENTENCES, refused=refused)
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stdout.splitlines() == beam, (client, extra)
     printed = run_fresh_python(

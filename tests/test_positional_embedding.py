@@ -1,9 +1,11 @@
 """The sinusoidal encoding against the seed's formula, and what it buys."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
+from conftest import REPO, to_numpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,6 +76,17 @@ def test_id_zero_is_padding_and_its_mask_reaches_downstream_layers():
     padded = to_numpy(model(ids))[0, :3]
     unpadded = to_numpy(model(ids[:1, :3]))[0]
     np.testing.assert_allclose(padded, unpadded, atol=1e-5)
+
+
+def test_the_readmes_encoder_snippet_hides_padding_with_no_mask_passed():
+    """README, "Architecture": its encoder snippet, run as written; the mask reaches `TransformerBlock` unaided."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.DOTALL)
+    (snippet,) = [block for block in blocks if "padding mask propagates" in block]
+    namespace = {}
+    exec(snippet, namespace)
+    ids = np.array([[5, 7, 9, 0, 0], [5, 7, 9, 2, 3]])
+    padded = to_numpy(namespace["encoder"](ids))[0, :3]
+    np.testing.assert_allclose(padded, to_numpy(namespace["encoder"](ids[:1, :3]))[0], atol=1e-5)
 
 
 def test_positional_embedding_breaks_permutation_equivariance():

@@ -184,10 +184,17 @@ def test_fine_tuning_starts_from_the_model_and_keeps_its_vocabularies(clean_run,
         assert (out / name).read_bytes() == (base / name).read_bytes()
     config = json.loads((out / "config.json").read_text())["training"]
     assert config["d_model"] == 32 and config["init_from"] == str(base)
-    tuned, original = load(out).model, load(base).model
-    for a, b in zip(tuned.get_weights(), original.get_weights(), strict=True):
+    tuned = load(out)
+    for a, b in zip(tuned.model.get_weights(), load(base).model.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
     assert len(Translator(out).translate(["Zürich is far 🙂", "the qwertyuiop sleeps"])) == 2
+    # Words the base model never saw fall to pieces of its vocabulary, or to [UNK] (a character it lacks).
+    vocabulary = (base / "source_vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert not {"sleepwalker", "qwertyuiop", "q", "🙂"} & set(vocabulary)
+    ids = tuned.source_tokenizer.tokenize(["sleepwalker", "qwertyuiop", "🙂"]).to_list()
+    pieces = [[vocabulary[i] for i in row] for row in ids]
+    assert len(pieces[0]) > 1 and "".join(p.removeprefix("##") for p in pieces[0]) == "sleepwalker", pieces
+    assert pieces[1:] == [["[UNK]"], ["[UNK]"]], pieces
 
 
 @pytest.mark.slow
