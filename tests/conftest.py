@@ -42,6 +42,13 @@ def run_fresh_python(code, cwd):
     return result.stdout
 
 
+def count_decode_steps(decoder, monkeypatch):
+    """A list that grows by one at each `decoder.decode_step` call (a cached decoding step) from now on."""
+    steps, step = [], decoder.decode_step
+    monkeypatch.setattr(decoder, "decode_step", lambda *args: steps.append(1) or step(*args))
+    return steps
+
+
 def to_numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import VOCAB, copy_task_model, run_fresh_python, to_numpy
+from conftest import VOCAB, copy_task_model, count_decode_steps, run_fresh_python, to_numpy
 
 from kformer import Translator, build_transformer
 from kformer.data.text import END_ID, PAD_ID, START_ID
@@ -105,8 +105,7 @@ def test_decode_takes_one_cached_step_a_token_by_default(trained, monkeypatch):
     """The copy model on sources 2, 4 and 3 long (int64 ids): each copy, [END], [PAD]; 4 + 1 steps, the longest
     row's, each a cached step; the uncached path takes none and gives the same tokens."""
     decoder = trained.model.get_layer("decoder")
-    steps, step = [], decoder.decode_step
-    monkeypatch.setattr(decoder, "decode_step", lambda *args: steps.append(1) or step(*args))
+    steps = count_decode_steps(decoder, monkeypatch)
     tokens = np.array([[5, 6, 0, 0], [7, 8, 9, 10], [11, 4, 5, 0]], "int64")
     output = to_numpy(decode(trained.model, tokens, max_length=8))
     expected = [[5, 6, END_ID, 0, 0, 0, 0, 0], [7, 8, 9, 10, END_ID, 0, 0, 0], [11, 4, 5, END_ID, 0, 0, 0, 0]]
@@ -141,12 +140,17 @@ def test_trained_model_copies_with_greedy_and_beam(trained):
         assert translator.translate(["a b c", "l k j i h", "d e"]) == ["a b c", "l k j i h", "d e"]
 
 
+def shifted_right(output):
+    """The decoder's input that teacher-forces `output` (B, T): [START], then all but its last token."""
+    return np.concatenate([np.full((len(output), 1), START_ID), output[:, :-1]], 1).astype("int32")
+
+
 def test_beam_search_finds_a_sequence_at_least_as_likely_as_greedy(random_model):
     tokens = random_tokens(4, 6)
 
     def log_prob(output):
         output = to_numpy(output)
-        decoder_tokens = np.concatenate([np.full((4, 1), START_ID), output[:, :-1]], 1).astype("int32")
+        decoder_tokens = shifted_right(output)
         decoder_tokens[decoder_tokens == END_ID] = 0
         log_probs = to_numpy(tf.nn.log_softmax(random_model([tokens, decoder_tokens])))
         picked = np.take_along_axis(log_probs, output[..., None], -1)[..., 0]
@@ -161,8 +165,7 @@ def test_decode_by_default_takes_the_likeliest_token_at_every_step(random_model)
     """Greedy, as the whole model scores the output (teacher-forced): each token is its row's argmax."""
     tokens = random_tokens(4, 6)
     output = to_numpy(decode(random_model, tokens, max_length=8))
-    decoder_tokens = np.concatenate([np.full((4, 1), START_ID), output[:, :-1]], 1).astype("int32")
-    likeliest = to_numpy(tf.argmax(random_model([tokens, decoder_tokens]), axis=-1))
+    likeliest = to_numpy(tf.argmax(random_model([tokens, shifted_right(output)]), axis=-1))
     np.testing.assert_array_equal(np.where(output > 0, likeliest, 0), output)
 
 

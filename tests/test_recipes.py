@@ -187,7 +187,7 @@ def test_fine_tuning_starts_from_the_model_and_keeps_its_vocabularies(clean_run,
     tuned = load(out)
     for a, b in zip(tuned.model.get_weights(), load(base).model.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
-    assert len(Translator(out).translate(["Zürich is far 🙂", "the qwertyuiop sleeps"])) == 2
+    assert len(Translator(tuned).translate(["Zürich is far 🙂", "the qwertyuiop sleeps"])) == 2
     # Words the base model never saw fall to pieces of its vocabulary, or to [UNK] (a character it lacks).
     vocabulary = (base / "source_vocab.txt").read_text(encoding="utf-8").splitlines()
     assert not {"sleepwalker", "qwertyuiop", "q", "🙂"} & set(vocabulary)
