@@ -226,3 +226,25 @@ def test_a_damaged_gz_is_one_clear_message(tmp_path):
     packed[len(packed) // 2 : len(packed) // 2 + 8] = b"\xff" * 8
     with pytest.raises(DataError, match="pairs.tsv.gz: cannot be read to its end"):
         read_pairs(write(tmp_path, "pairs.tsv.gz", bytes(packed)))
+
+
+def epoch_orders(pairs, tokenizer, epochs=2, **settings):
+    """The order in which a repeated dataset of one-token pairs gives their sources, one list an epoch."""
+    dataset = make_dataset(pairs, tokenizer, tokenizer, batch_size=1, max_length=8, repeat=True, **settings)
+    sources = [int(inputs[0][0, 0]) for inputs, _ in dataset.take(epochs * len(pairs))]
+    return [sources[i * len(pairs) : (i + 1) * len(pairs)] for i in range(epochs)]
+
+
+def test_training_batches_are_shuffled_afresh_each_epoch_by_the_seed():
+    """Each epoch is every pair once, in an order of its own; the same seed gives the same orders, another
+    seed others; shuffle=False keeps the file's order (what validation uses)."""
+    words = [f"w{i}" for i in range(40)]
+    tokenizer = Tokenizer(["[PAD]", "[UNK]", "[START]", "[END]", *words])
+    pairs = [(word, word) for word in words]
+    in_order = [tokenizer.vocabulary.index(word) for word in words]
+    first, second = epoch_orders(pairs, tokenizer, seed=3)
+    assert sorted(first) == sorted(second) == in_order  # every pair once an epoch
+    assert first != in_order and second != in_order and first != second
+    assert epoch_orders(pairs, tokenizer, seed=3) == [first, second]
+    assert epoch_orders(pairs, tokenizer, seed=4)[0] != first
+    assert epoch_orders(pairs, tokenizer, shuffle=False) == [in_order, in_order]

@@ -343,6 +343,24 @@ def test_xla_loop_over_fixed_buffers_gives_the_plain_loops_tokens(random_model, 
         assert not hasattr(plain, "_decode_compiled")
 
 
+def test_the_length_penalty_reaches_the_compiled_loop(trained):
+    """The Translator's default (XLA) path ranks beams with the length penalty it was given, as the plain loop
+    does. On an untrained model whose [END] is about as likely as a letter, the penalty decides the winner:
+    without it [END] at once; with alpha 2, a long output."""
+    keras.utils.set_random_seed(5)
+    model = build_transformer(len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
+    model.get_layer("decoder").output_projection.bias.assign(np.eye(len(VOCAB), dtype="float32")[END_ID])
+    wrapped = trained.__class__(model, trained.source_tokenizer, trained.target_tokenizer, trained.config)
+    tokens = random_tokens(6, 7, seed=3)
+    outputs = {}
+    for length_penalty in (0.0, 2.0):
+        fast, plain = (Translator(wrapped, 4, length_penalty, xla=xla) for xla in (True, False))
+        outputs[length_penalty] = to_numpy(fast.translate_ids(tokens))
+        np.testing.assert_array_equal(outputs[length_penalty], to_numpy(plain.translate_ids(tokens)))
+    lengths = {penalty: (output != PAD_ID).sum(axis=1) for penalty, output in outputs.items()}
+    assert (lengths[0.0] == 1).all() and (lengths[2.0] > 5).all()
+
+
 def test_beam_search_runs_the_compiled_loop_up_to_64_sentences_a_batch_and_the_graph_loop_beyond(trained):
     """The switch has no effect on the tokens (the test above), so a counter in the compiled branch shows it."""
     from kformer.inference.translator import XLA_BEAM_BATCH

@@ -408,6 +408,41 @@ def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_
     assert all(np.array_equal(a, b) for a, b in zip(clean.get_weights(), resumed.get_weights(), strict=True))
 
 
+@pytest.mark.slow
+def test_a_run_resumed_in_the_middle_of_an_epoch_goes_on_from_the_next_batch(tmp_path, monkeypatch):
+    """Ctrl-C after step 5 of a 10-step epoch, then the same job again: the resumed run reads past the 5
+    batches it trained on and goes on with the 6th. Keras reruns the cut epoch whole, so it trains 5 + 20
+    steps: on the paper's schedule (which does not depend on the run's length) and with no dropout, its
+    weights are to the bit those of a run never stopped that trains 25 steps."""
+    import keras
+
+    from kformer.data.corpus import builtin_splits
+    from kformer.training import jobs
+    from kformer.training.callbacks import TrainingInterrupted
+
+    train = {"train": builtin_splits()["train"]}  # no validation: nothing but the batches decides the weights
+    settings = dict(SMALL_SETTINGS, schedule="noam", backup_steps=1000, seed=3, dropout=0.0, jit_compile=False)
+
+    class CtrlC(keras.callbacks.Callback):  # before the backup's own batch end, which sees the signal
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == 5:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    config = TrainingConfig(**settings, epochs=2, steps_per_epoch=10)
+    out = tmp_path / "resumed"
+    with monkeypatch.context() as patch:
+        callbacks = jobs._callbacks
+        patch.setattr(jobs, "_callbacks", lambda *args: [CtrlC(), *callbacks(*args)])
+        with pytest.raises(TrainingInterrupted):
+            jobs.train_translator(train, out, config, verbose=0)
+    assert (saved_state(out)["step"], saved_state(out)["epoch"]) == (5, 0)
+    resumed = jobs.train_translator(train, out, config, verbose=0).model
+    assert int(resumed.optimizer.iterations.numpy()) == 25
+    never_stopped = TrainingConfig(**settings, epochs=5, steps_per_epoch=5)
+    clean = jobs.train_translator(train, tmp_path / "clean", never_stopped, verbose=0).model
+    assert all(np.array_equal(a, b) for a, b in zip(clean.get_weights(), resumed.get_weights(), strict=True))
+
+
 def test_a_resumed_minutes_run_counts_the_time_spent_before_the_restart(run_whose_last_save_failed, tmp_path):
     """--minutes budgets the whole run: resumed with its minute already spent, it stops after one step.
 

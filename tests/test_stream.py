@@ -134,6 +134,23 @@ def test_a_stream_is_shuffled_within_its_buffer_only(tmp_path, streamed, tokeniz
     assert (places == list(range(len(order)))) == (buffer == 1)
 
 
+def test_a_stream_is_shuffled_afresh_each_epoch_by_the_seed(tmp_path, streamed, tokenizer):
+    """Each pass over the file is every pair once, in an order of its own, and the seed fixes the orders."""
+    path = write(tmp_path / "pairs.tsv", [f"{first} {second}\tx" for first in WORDS for second in WORDS])
+    train = corpus_splits(path, held_out=1, sample_size=10, verbose=0)["train"]
+    count = len(list(train))
+
+    def orders(seed):
+        dataset = make_dataset(train, tokenizer, tokenizer, batch_size=1, max_length=20, repeat=True, seed=seed)
+        sources = [tuple(ids[ids != 0]) for (ids, _), _ in itertools.islice(dataset.as_numpy_iterator(), 2 * count)]
+        return sources[:count], sources[count:]
+
+    first, second = orders(seed=3)
+    assert sorted(first) == sorted(second) and len(set(first)) == count  # every pair once a pass
+    assert first != second
+    assert orders(seed=3) == (first, second) and orders(seed=4)[0] != first
+
+
 def test_a_bad_line_deep_in_a_stream_names_its_line(tmp_path, streamed):
     lines = corpus_lines(3000)
     lines[2500] = "no tab on this line"

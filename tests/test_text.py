@@ -34,6 +34,13 @@ SENTENCES = [
     "It costs $5, not 5 €.",
     "We met at 2:30 in the well-known café.",
     "el gato negro duerme",
+    # Every alternative of every spacing rule (kformer.data.text.SPACING_RULES), cased and punctuated:
+    "It is 3.5 km, or 70,000 steps; wait: go!",  # 3.5 and 70,000; no space before , ; : !
+    "Sales rose 50% (again) [see 1] {x}.",  # % ) ] } after a word, ( [ { before one
+    "Dijo «hola» y se fue…",  # « » …
+    "We're sure you'll see I've met him; he'd say I'm late at 9 o'clock.",
+    "It’s Tom’s cat.",  # the typographic apostrophe
+    "Open 9-5, Mon-Fri.",  # a hyphen between digits
 ]
 
 

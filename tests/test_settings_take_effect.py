@@ -1,0 +1,181 @@
+"""Each setting of a job or a command changes what it should: the loss, the schedule, the epochs run, the
+tokens decoded, the scores printed. Checked against what the setting means (the formula, sacreBLEU called
+apart on cased, punctuated text, the rule early stopping follows), not against where the setting is stored.
+"""
+
+import csv
+import json
+import re
+
+import keras
+import numpy as np
+import pytest
+import sacrebleu
+from conftest import SMALL_SETTINGS, VOCAB
+
+from kformer import Translator, build_transformer
+from kformer.cli import _load_pairs, main
+from kformer.data.text import Tokenizer
+from kformer.model_dir import TrainedModel, load
+from kformer.training import evaluation, jobs
+from kformer.training.config import TrainingConfig
+from kformer.training.evaluation import BestTranslations, evaluate
+from kformer.training.objectives import compile_for_training
+
+TINY = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --max-length 8 --no-xla"
+
+
+def letter_pairs(path, sources="abcdefghijkl", targets="mnopqrstuvwx"):
+    """Lines "a m<TAB>m a", each source letter with each target letter, twice: a pair file of which 2% of the
+    sources are held out for validation and 2% for test."""
+    lines = [f"{a} {b}\t{b} {a}" for a in sources for b in targets] * 2
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def history(out):
+    with open(out / "training" / "history.csv", newline="") as file:
+        return list(csv.DictReader(file))
+
+
+@pytest.fixture(scope="module")
+def random_translator(tmp_path_factory):
+    """An untrained translator's model directory (letters "a".."l"): greedy and beam search disagree on it."""
+    keras.utils.set_random_seed(5)
+    model = build_transformer(len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
+    out = tmp_path_factory.mktemp("random") / "model"
+    TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"kind": "translator", "max_length": 12}).save(out)
+    return out
+
+
+LETTER_SOURCES = ["a b c", "d e f g h", "i j k l a b", "c c d", "l k j i h g f", "e"]
+
+
+def test_the_beam_flag_of_kformer_translate_reaches_the_decoder(random_translator, capsys):
+    """`--beam 4` prints what `Translator(beam_size=4)` gives, which here is not greedy's."""
+    trained = load(random_translator)
+    beam = Translator(trained, beam_size=4).translate(LETTER_SOURCES)
+    assert beam != Translator(trained).translate(LETTER_SOURCES)  # the flag can be seen
+    assert main(["translate", "--model", str(random_translator), "--beam", "4", *LETTER_SOURCES]) == 0
+    assert capsys.readouterr().out.splitlines() == beam
+
+
+# Cased, punctuated hypotheses: lowercasing, tokenization and chrF's word order each change the scores.
+HYPOTHESES = {
+    "s1": "El gato negro duerme .",
+    "s2": "¿donde está la estación?",
+    "s3": "Tom no lo sabe, ¿verdad?",
+    "s4": "Hace 3.5 grados en MADRID.",
+    "s5": "Me gusta el té",
+    "s6": "¡Qué día tan bonito!",
+}
+REFERENCES = {
+    "s1": "El gato negro duerme.",
+    "s2": "¿Dónde está la estación?",
+    "s3": "Tom no lo sabe, ¿verdad?",
+    "s4": "Hace 3,5 grados en Madrid.",
+    "s5": "Me gusta el té.",
+    "s6": "¡qué día tan bonito!",
+}
+
+
+class CannedTranslator:
+    """Stands in for `Translator` in `kformer.training.evaluation`: the hypotheses above, whatever the model."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def translate(self, sources, batch_size=64):
+        return [HYPOTHESES[source] for source in sources]
+
+
+def sacrebleu_scores(lowercase=False):
+    hypotheses, references = list(HYPOTHESES.values()), [list(REFERENCES.values())]
+    bleu = sacrebleu.metrics.BLEU(lowercase=lowercase).corpus_score(hypotheses, references).score
+    return bleu, sacrebleu.metrics.CHRF().corpus_score(hypotheses, references).score
+
+
+def test_kformer_evaluate_gives_sacrebleus_default_scores_and_lowercase_only_when_asked(
+    random_translator, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(evaluation, "Translator", CannedTranslator)
+    data = tmp_path / "test.tsv"
+    data.write_text("".join(f"{source}\t{reference}\n" for source, reference in REFERENCES.items()), encoding="utf-8")
+    printed = {}
+    for flags in ([], ["--lowercase"]):
+        assert main(["evaluate", "--model", str(random_translator), "--data", str(data), "--json", *flags]) == 0
+        printed[bool(flags)] = json.loads(capsys.readouterr().out)
+    (cased_bleu, chrf), (lowercase_bleu, _) = sacrebleu_scores(), sacrebleu_scores(lowercase=True)
+    assert cased_bleu < lowercase_bleu - 5  # the setting matters on this text
+    for lowercase, bleu, exact in ((False, cased_bleu, 1), (True, lowercase_bleu, 2)):
+        scores = printed[lowercase]
+        assert scores["bleu"] == pytest.approx(bleu, abs=0.006) and scores["chrf"] == pytest.approx(chrf, abs=0.006)
+        assert scores["exact_match"] == pytest.approx(100 * exact / 6, abs=0.006)  # s3; and s6 lowercased
+
+
+def test_each_epochs_validation_scores_are_sacrebleus_cased_scores(monkeypatch):
+    """The val_bleu and val_chrf that keep-best and early stopping read: sacreBLEU's defaults, case kept."""
+    monkeypatch.setattr(evaluation, "Translator", CannedTranslator)
+    model = build_transformer(len(VOCAB), len(VOCAB), d_model=8, num_heads=2, num_layers=1, d_ff=8)
+    compile_for_training(model, 8)
+    keeper = BestTranslations(list(REFERENCES.items()), Tokenizer(VOCAB), Tokenizer(VOCAB), 12)
+    keeper.set_model(model)
+    logs = {}
+    keeper.on_epoch_end(0, logs)
+    bleu, chrf = sacrebleu_scores()
+    assert logs == {"val_bleu": pytest.approx(bleu, abs=0.006), "val_chrf": pytest.approx(chrf, abs=0.006)}
+
+
+@pytest.mark.slow
+def test_a_run_given_no_budget_trains_ten_epochs_to_a_rate_of_zero_on_the_loss_it_was_given(tmp_path):
+    """No --epochs and no --minutes: 10 epochs, and the budget schedule falls to zero at their last step;
+    the label smoothing and gradient clipping asked for are those the model trains with."""
+    pairs = [line.split("\t") for line in letter_pairs(tmp_path / "pairs.tsv").read_text().splitlines()]
+    config = TrainingConfig(
+        **SMALL_SETTINGS, steps_per_epoch=2, label_smoothing=0.3, clipnorm=0.5, jit_compile=False, batch_size=16
+    )
+    model = jobs.train_translator({"train": pairs}, tmp_path / "model", config, verbose=0).model
+    assert int(model.optimizer.iterations.numpy()) == 20 and len(history(tmp_path / "model")) == 10
+    schedule = keras.optimizers.schedules.deserialize(model.optimizer.get_config()["learning_rate"])
+    peak = 32**-0.5 * 100**-0.5  # the paper's rate at the top of a warmup of 100 steps (shortened to 2 here)
+    expected = [peak * min(1.0, step / 2) * max(0.0, 1 - step / 20) for step in range(1, 21)]
+    assert [float(schedule(step)) for step in range(20)] == pytest.approx(expected, rel=1e-5, abs=1e-12)
+    assert float(model.optimizer.learning_rate) == 0.0  # where the run ended
+
+    labels, logits = np.array([[5, 9, 3, 0]]), np.random.default_rng(0).standard_normal((1, 4, 300)).astype("float32")
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    target = 0.7 * np.eye(300)[labels] + 0.3 / 300
+    expected_loss = -(target * log_probs).sum(-1)[0, :3].mean()  # the three real tokens
+    assert float(model.loss(labels, logits)) == pytest.approx(expected_loss, rel=1e-5)
+    assert model.optimizer.clipnorm == 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("patience", [1, 3])
+def test_early_stopping_stops_patience_epochs_after_the_best_validation_chrf(tmp_path, monkeypatch, patience):
+    """The validation chrF rises for two epochs, then never again: `--patience P` stops the run after
+    epoch 2 + P (Keras' rule: P epochs without a better score), out of the 20 asked for."""
+    scores = iter([10.0, 20.0] + [15.0] * 20)
+    monkeypatch.setattr(BestTranslations, "_translations_score", lambda self: {"chrf": next(scores), "bleu": 1.0})
+    data, out = letter_pairs(tmp_path / "pairs.tsv"), tmp_path / "model"
+    argv = f"--quiet train --data {data} --out {out} --epochs 20 --steps-per-epoch 1 --patience {patience} {TINY}"
+    assert main(argv.split()) == 0
+    assert json.loads((out / "config.json").read_text())["result"]["epochs_run"] == 2 + patience
+    assert [float(row["val_chrf"]) for row in history(out)] == [10.0, 20.0] + [15.0] * patience
+
+
+@pytest.mark.slow
+def test_the_end_of_run_report_scores_the_test_split(tmp_path, capsys):
+    """`kformer train` ends with the scores of the test split it held out (not of the validation split it
+    selected the weights on), recomputed here from the saved model."""
+    data = letter_pairs(tmp_path / "pairs.tsv", "abcdefghijklmnopqrst", "mnopqrstuvwxyzABCDEF")  # 20 valid, 4 test
+    out = tmp_path / "model"
+    assert main(f"train --data {data} --out {out} --epochs 1 --steps-per-epoch 3 {TINY}".split()) == 0
+    printed = re.search(
+        r"test split: BLEU ([\d.]+)  chrF ([\d.]+)  exact match ([\d.]+)%  \((\d+) sentences", capsys.readouterr().out
+    ).groups()
+    splits, trained = _load_pairs(str(data)), load(out)
+    test, valid = (evaluate(trained, splits[name]) for name in ("test", "valid"))
+    expected = (f"{test['bleu']:.1f}", f"{test['chrf']:.1f}", f"{test['exact_match']:.1f}", str(test["n"]))
+    assert printed == expected
+    assert (valid["chrf"], valid["n"]) != (test["chrf"], test["n"])  # the report could tell the two apart
