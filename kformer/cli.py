@@ -142,14 +142,53 @@ def _evaluate(args):
 def _translate(args):
     from kformer.inference.translator import Translator
 
-    translator = Translator(_load_translator(args.model), beam_size=args.beam)
-    if args.sentences:
-        batches = [args.sentences]
-    else:
-        batches = _stdin_batches(args.batch_size)
-    for batch in batches:
-        for translation in translator.translate(batch, batch_size=args.batch_size):
-            print(translation, flush=True)
+    trained = _load_translator(args.model)
+    vocab_size = trained.target_tokenizer.vocab_size
+    if args.beam > vocab_size:
+        raise _UsageError(
+            f"--beam {args.beam} is more than the {vocab_size:,} tokens of {args.model}'s target vocabulary; "
+            f"give at most {vocab_size}."
+        )
+    if args.n_best > args.beam:
+        raise _UsageError(f"--n-best {args.n_best} is more than --beam {args.beam} keeps; give --beam {args.n_best}.")
+    translator = Translator(trained, beam_size=args.beam, length_penalty=args.length_penalty)
+    scored = args.scores or args.json or args.n_best > 1
+    index = 0
+    for batch in [args.sentences] if args.sentences else _stdin_batches(args.batch_size):
+        if not scored:
+            for translation in translator.translate(batch, batch_size=args.batch_size):
+                print(translation, flush=True)
+            continue
+        results = translator.translate(batch, batch_size=args.batch_size, n_best=args.n_best, with_scores=True)
+        for source, hypotheses in zip(batch, results, strict=True):
+            hypotheses = hypotheses if args.n_best > 1 else [hypotheses]
+            if args.json:
+                found = [{"translation": text, "score": round(score, 4)} for text, score in hypotheses]
+                print(json.dumps({"index": index, "source": source, "hypotheses": found}, ensure_ascii=False))
+            for text, score in [] if args.json else hypotheses:
+                columns = ([str(index)] if args.n_best > 1 else []) + ([f"{score:.4f}"] if args.scores else [])
+                print("\t".join([*columns, text]))
+            index += 1
+        sys.stdout.flush()
+
+
+def _score(args):
+    from kformer.data.pairs import read_pairs
+    from kformer.inference.translator import Translator
+
+    translator = Translator(_load_translator(args.model))
+    pairs = read_pairs(args.data)
+    for start in range(0, len(pairs), args.batch_size):
+        batch = pairs[start : start + args.batch_size]
+        scores = translator.score([s for s, _ in batch], [t for _, t in batch], batch_size=args.batch_size)
+        for (source, target), score in zip(batch, scores, strict=True):
+            if args.json:
+                line = dict(source=source, target=target, log_prob=round(score.log_prob, 4), tokens=score.tokens)
+                line["token_log_probs"] = [round(value, 4) for value in score.token_log_probs]
+                print(json.dumps(line, ensure_ascii=False))
+            else:
+                print(f"{score.log_prob:.4f}\t{score.tokens}\t{source}\t{target}")
+        sys.stdout.flush()
 
 
 def _generate(args):
@@ -241,6 +280,17 @@ def _positive_int(text):
     return value
 
 
+def _non_negative_float(text):
+    """argparse type: a finite number of 0 or more (a penalty)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}")
+    return value
+
+
 def _add_training_flags(parser):
     """A flag for each `TrainingConfig` setting, with the field's help; one --vocab-size for both sides; --no-xla."""
     group = parser.add_argument_group("model and training (defaults: the paper's recipe at small scale)")
@@ -270,6 +320,7 @@ def build_parser():
         _train_parser,
         _evaluate_parser,
         _translate_parser,
+        _score_parser,
         _generate_parser,
         _attention_parser,
         _export_parser,
@@ -319,12 +370,47 @@ def _evaluate_parser(commands):
 
 
 def _translate_parser(commands):
-    translate = commands.add_parser("translate", help="translate sentences given as arguments or on stdin")
+    translate = commands.add_parser(
+        "translate",
+        help="translate sentences given as arguments or on stdin",
+        description="Prints one translation a line; with --n-best K, K lines a sentence, each 'index<TAB>translation' "
+        "(the sentence's index from 0); --scores adds a column 'score' before the translation, the search's "
+        "log-probability over GNMT's length penalty; --json prints one object a sentence instead.",
+    )
     translate.add_argument("--model", required=True, help="model directory")
     translate.add_argument("sentences", nargs="*", help="sentences (default: one per line on stdin)")
     translate.add_argument("--beam", type=_positive_int, default=1, help="beam size (default: 1, greedy)")
+    translate.add_argument(
+        "--n-best", dest="n_best", type=_positive_int, default=1, help="hypotheses a sentence, best first (<= --beam)"
+    )
+    translate.add_argument("--scores", action="store_true", help="print each hypothesis's score")
+    translate.add_argument(
+        "--length-penalty",
+        dest="length_penalty",
+        type=_non_negative_float,
+        default=0.6,
+        help="GNMT's alpha: beam search ranks by log p / ((5 + length) / 6)^alpha (default: %(default)s; 0: none)",
+    )
+    translate.add_argument(
+        "--json", action="store_true", help="one JSON object a sentence: its index, source and scored hypotheses"
+    )
     translate.add_argument("--batch-size", type=_positive_int, default=64, help="sentences decoded together")
     translate.set_defaults(run=_translate)
+
+
+def _score_parser(commands):
+    score = commands.add_parser(
+        "score",
+        help="the log-probability of each given translation under a model",
+        description="Prints 'log_prob<TAB>tokens<TAB>source<TAB>target' for each pair of --data: the natural-log "
+        "probability of the target's tokens and [END] given the source (their number in the second column), "
+        "for filtering a corpus or reranking; --json adds each token's.",
+    )
+    score.add_argument("--model", required=True, help="model directory")
+    score.add_argument("--data", required=True, help="a pair file or 'test.en,test.es', as for evaluate")
+    score.add_argument("--json", action="store_true", help="one JSON object a pair, with each token's log-probability")
+    score.add_argument("--batch-size", type=_positive_int, default=64, help="pairs scored together")
+    score.set_defaults(run=_score)
 
 
 def _generate_parser(commands):

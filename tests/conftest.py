@@ -97,6 +97,18 @@ def copy_task_model():
     return kformer.TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": 12})
 
 
+def hesitant_model():
+    """An untrained translator of the letters whose [END] is about as likely as a letter (its output bias):
+    beam search's hypotheses end at different lengths, and the length penalty decides among them."""
+    import kformer
+    from kformer.data.text import END_ID
+
+    keras.utils.set_random_seed(5)
+    model = kformer.build_transformer(len(VOCAB), len(VOCAB), **_COPY_TASK_SIZE)
+    model.get_layer("decoder").output_projection.bias.assign(np.eye(len(VOCAB), dtype="float32")[END_ID])
+    return model
+
+
 _COPY_TASK_SIZE = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
 
 

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import VOCAB, copy_task_model, count_decode_steps, run_fresh_python, to_numpy
+from conftest import VOCAB, copy_task_model, count_decode_steps, hesitant_model, run_fresh_python, to_numpy
 
 from kformer import Translator, build_transformer
 from kformer.data.text import END_ID, PAD_ID, START_ID
@@ -95,10 +95,11 @@ def test_beam_of_one_is_greedy(random_model):
     context = encoder(source)
     done = tf.zeros([3], tf.bool)
     step, state = _step_function(decoder, context, mask, 1, use_cache=True, rows=3, length=10)
-    greedy = greedy_search(step, state, done, 10)
+    greedy, greedy_log_probs = greedy_search(step, state, done, 10)
     step, state = _step_function(decoder, context, mask, 1, use_cache=True, rows=3, length=10)
-    beam = beam_search(step, state, done, 10, beam_size=1, length_penalty=0.6)
-    np.testing.assert_array_equal(to_numpy(beam), to_numpy(greedy))
+    beam, beam_log_probs = beam_search(step, state, done, 10, beam_size=1, length_penalty=0.6)
+    np.testing.assert_array_equal(to_numpy(beam)[:, 0], to_numpy(greedy))
+    np.testing.assert_allclose(to_numpy(beam_log_probs)[:, 0], to_numpy(greedy_log_probs), rtol=1e-5)
 
 
 def test_decode_takes_one_cached_step_a_token_by_default(trained, monkeypatch):
@@ -200,6 +201,8 @@ def reference_beam_search(tables, max_length, beam_size, length_penalty):
     """Beam search as its definition reads, in NumPy: rank all beam_size * V continuations.
 
     The "model" is a bigram table for each sentence: the logits after token a in sentence s are tables[s, a].
+    Returns every sentence's beams ranked by GNMT's score, best first (B, beam, max_length), and their
+    log-probabilities (B, beam).
     """
     batch, vocab = tables.shape[0], tables.shape[2]
     log_tables = tables - np.log(np.exp(tables).sum(2, keepdims=True))  # log-softmax per row
@@ -224,8 +227,9 @@ def reference_beam_search(tables, max_length, beam_size, length_penalty):
         tokens[:, t + 1] = token
         finished |= token == END_ID
     penalty = ((5.0 + lengths) / 6.0) ** length_penalty
-    best = np.argmax((scores / penalty).reshape(batch, beam_size), axis=1) + np.arange(batch) * beam_size
-    return tokens[best, 1:]
+    ranked = np.argsort(-(scores / penalty).reshape(batch, beam_size), axis=1, kind="stable")
+    rows = (ranked + np.arange(batch)[:, None] * beam_size).reshape(-1)
+    return tokens[rows, 1:].reshape(batch, beam_size, max_length), scores[rows].reshape(batch, beam_size)
 
 
 @pytest.mark.parametrize("beam_size, length_penalty", [(2, 0.0), (4, 0.6), (5, 1.0)])
@@ -243,11 +247,13 @@ def test_beam_search_equals_the_reference_search(beam_size, length_penalty):
         return tf.gather_nd(logits_tables, tf.stack([sentence, tf.gather(tokens, t, axis=1)], axis=1)), state
 
     done = tf.zeros([batch * beam_size], tf.bool)
-    ours = beam_search(step, (), done, max_length, beam_size, length_penalty)
-    expected = reference_beam_search(tables, max_length, beam_size, length_penalty)
-    assert len({tuple(row) for row in expected}) == batch  # six searches, not one six times
-    assert {bool(ended) for ended in (expected == END_ID).any(axis=1)} == {True, False}
-    np.testing.assert_array_equal(to_numpy(ours), expected)
+    ours, log_probs = beam_search(step, (), done, max_length, beam_size, length_penalty)
+    expected, expected_log_probs = reference_beam_search(tables, max_length, beam_size, length_penalty)
+    assert len({tuple(row) for row in expected[:, 0]}) == batch  # six searches, not one six times
+    assert {bool(ended) for ended in (expected[:, 0] == END_ID).any(axis=1)} == {True, False}
+    np.testing.assert_array_equal(to_numpy(ours), expected)  # every beam, in rank order
+    np.testing.assert_allclose(to_numpy(log_probs), expected_log_probs, rtol=1e-5)
+    assert all(len({tuple(beam) for beam in beams}) == beam_size for beams in expected)  # distinct hypotheses
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -345,12 +351,9 @@ def test_xla_loop_over_fixed_buffers_gives_the_plain_loops_tokens(random_model, 
 
 def test_the_length_penalty_reaches_the_compiled_loop(trained):
     """The Translator's default (XLA) path ranks beams with the length penalty it was given, as the plain loop
-    does. On an untrained model whose [END] is about as likely as a letter, the penalty decides the winner:
-    without it [END] at once; with alpha 2, a long output."""
-    keras.utils.set_random_seed(5)
-    model = build_transformer(len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
-    model.get_layer("decoder").output_projection.bias.assign(np.eye(len(VOCAB), dtype="float32")[END_ID])
-    wrapped = trained.__class__(model, trained.source_tokenizer, trained.target_tokenizer, trained.config)
+    does. On `hesitant_model` the penalty decides the winner: without it [END] at once; with alpha 2, a long
+    output."""
+    wrapped = trained.__class__(hesitant_model(), trained.source_tokenizer, trained.target_tokenizer, trained.config)
     tokens = random_tokens(6, 7, seed=3)
     outputs = {}
     for length_penalty in (0.0, 2.0):

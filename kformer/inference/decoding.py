@@ -123,22 +123,28 @@ def greedy_search(step, state, start_done, max_length, buffer_length=None):
             token buffer and of the result, so that every shape is static (XLA).
 
     Returns:
-        int32 `(B, max_length)` (or `(B, buffer_length)`): generated ids, [END] then [PAD] after each.
+        `(tokens, log_probs)`: int32 `(B, max_length)` (or `(B, buffer_length)`),
+        the generated ids, [END] then [PAD] after each; float32 `(B,)`, the sum
+        of each row's log-probabilities of its tokens, [END] included.
     """
     batch = tf.shape(start_done)[0]
     tokens = _token_buffer(batch, max_length, buffer_length)
 
-    def body(t, tokens, done, state):
+    def body(t, tokens, done, log_probs, state):
         logits, state = step(tokens, t, state)
+        logits = tf.cast(logits, tf.float32)  # (B, V)
         next_token = tf.where(done, PAD_ID, tf.argmax(logits, axis=-1, output_type=tf.int32))  # (B,)
-        return t + 1, _write_column(tokens, t + 1, next_token), done | tf.equal(next_token, END_ID), state
+        chosen = tf.gather(logits, next_token, batch_dims=1) - tf.reduce_logsumexp(logits, axis=-1)  # (B,)
+        log_probs += tf.where(done, 0.0, chosen)
+        done |= tf.equal(next_token, END_ID)
+        return t + 1, _write_column(tokens, t + 1, next_token), done, log_probs, state
 
-    _, tokens, _, _ = tf.while_loop(
-        lambda t, tokens, done, state: (t < max_length) & ~tf.reduce_all(done),
+    _, tokens, _, log_probs, _ = tf.while_loop(
+        lambda t, tokens, done, log_probs, state: (t < max_length) & ~tf.reduce_all(done),
         body,
-        (tf.constant(0), tokens, start_done, state),
+        (tf.constant(0), tokens, start_done, tf.zeros([batch]), state),
     )
-    return tokens[:, 1:]
+    return tokens[:, 1:], log_probs
 
 
 def sampler(temperature=0.0, top_k=0, top_p=1.0, seed=0):
@@ -212,15 +218,19 @@ def continue_prompts(decoder, prompt_tokens, max_new_tokens, choose, stop_id=END
 
 
 def beam_search(step, state, start_done, max_length, beam_size, length_penalty, buffer_length=None):
-    """Keeps the `beam_size` most likely prefixes per sentence; returns the best finished one.
+    """Keeps the `beam_size` most likely prefixes per sentence; returns them all, best first.
 
     Rows of `state` and `start_done` are already repeated `beam_size` times
     (sentence-major). A finished beam keeps its score and can only continue
-    with [PAD]. The winner maximises log p / ((5 + length) / 6)^length_penalty
-    (GNMT's length penalty; 0 compares raw log-probabilities).
+    with [PAD]. The beams are ranked by `length_normalized(log p, length,
+    length_penalty)`, GNMT's length penalty (0 compares raw log-probabilities).
 
     Returns:
-        int32 `(B, max_length)` (or `(B, buffer_length)`), like `greedy_search`.
+        `(tokens, log_probs)`: int32 `(B, beam_size, max_length)` (or `buffer_length`
+        wide), each like a row of `greedy_search`'s; float32 `(B, beam_size)`, the
+        sum of each one's log-probabilities. A sentence's beams are distinct, except
+        for an empty source's, of which only the first was ever alive (the others
+        score about -1e9).
     """
     rows = tf.shape(start_done)[0]
     batch = rows // beam_size
@@ -258,13 +268,19 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty, 
         body,
         (tf.constant(0), tokens, scores, lengths, start_done, state),
     )
-    penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
-    best = tf.argmax(tf.reshape(scores / penalty, [batch, beam_size]), axis=1, output_type=tf.int32)  # (B,)
-    return tf.gather(tokens, best + tf.range(batch) * beam_size)[:, 1:]
+    normalized = tf.reshape(length_normalized(scores, lengths, length_penalty), [batch, beam_size])
+    _, ranked = tf.math.top_k(normalized, k=beam_size)  # (B, beam): best first, ties to the lower beam
+    tokens = tf.gather(tf.reshape(tokens[:, 1:], [batch, beam_size, -1]), ranked, batch_dims=1)
+    return tokens, tf.gather(tf.reshape(scores, [batch, beam_size]), ranked, batch_dims=1)
 
 
-def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, use_cache=True, buffer_length=None):
-    """Translates token ids: one encoder pass, then greedy or beam search.
+def length_normalized(log_probs, lengths, length_penalty):
+    """GNMT's ranking score: log p / ((5 + length) / 6)^length_penalty, the length counting [END]."""
+    return log_probs / tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
+
+
+def search(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, use_cache=True, buffer_length=None):
+    """Translates token ids: one encoder pass, then greedy or beam search; every hypothesis and its log-probability.
 
     Args:
         model: a model from `build_transformer` (layers "encoder", "decoder").
@@ -281,8 +297,9 @@ def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, u
             None sizes them to `max_length`, which may be a tensor.
 
     Returns:
-        int32 `(B, max_length)` (`(B, buffer_length)` with buffer_length):
-        the generated ids, [END] then [PAD] after each.
+        `(tokens, log_probs)`: int32 `(B, N, max_length)` (`buffer_length` wide
+        with one), N = beam_size hypotheses a sentence, best first, each [END]
+        then [PAD]; float32 `(B, N)`, each one's log-probability.
     """
     encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
     encoder_tokens = tf.convert_to_tensor(encoder_tokens, tf.int32)
@@ -294,4 +311,10 @@ def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, u
     if beam_size > 1:
         done = tf.repeat(empty, beam_size)
         return beam_search(step, state, done, max_length, beam_size, length_penalty, buffer_length)
-    return greedy_search(step, state, empty, max_length, buffer_length)
+    tokens, log_probs = greedy_search(step, state, empty, max_length, buffer_length)
+    return tokens[:, None], log_probs[:, None]
+
+
+def decode(model, encoder_tokens, max_length, beam_size=1, length_penalty=0.6, use_cache=True, buffer_length=None):
+    """The best hypothesis of `search` (same arguments): int32 `(B, max_length)` (or `buffer_length` wide)."""
+    return search(model, encoder_tokens, max_length, beam_size, length_penalty, use_cache, buffer_length)[0][:, 0]

@@ -8,17 +8,30 @@ TF Serving, and (through `translate_ids`) runtimes without string ops.
 import math
 import numbers
 from pathlib import Path
+from typing import NamedTuple
 
 import tensorflow as tf
 
-from kformer.data.text import utf8_batch
-from kformer.inference.decoding import decode
+from kformer.data.text import END_ID, PAD_ID, START_ID, utf8_batch
+from kformer.inference.decoding import length_normalized, search
 from kformer.layers.validation import check_positive_int
 from kformer.model_dir import TrainedModel, load
 
 EXTRA_OUTPUT_TOKENS = 50
 SOURCE_BUCKET = 8  # under XLA, sources are padded to a multiple of this many tokens
 XLA_BEAM_BATCH = 64  # beam search runs under XLA up to this many sentences a batch
+
+
+class PairScore(NamedTuple):
+    """How likely the model finds a target given its source (`Translator.score`).
+
+    `log_prob`: the natural-log probability of the target's tokens and [END], the sum of
+    `token_log_probs` (one for each of the `tokens`, [END] last).
+    """
+
+    log_prob: float
+    tokens: int
+    token_log_probs: list
 
 
 def padded_tokens(token_ids):
@@ -36,7 +49,9 @@ class Translator(tf.Module):
     Args:
         model: a model directory path or a loaded `TrainedModel`.
         beam_size: 1 for greedy search, more for beam search.
-        length_penalty: GNMT's alpha for beam search (0.6 as in GNMT).
+        length_penalty: GNMT's alpha, 0 or more (0.6 as in GNMT): beam search
+            ranks hypotheses by log p / ((5 + n) / 6)^alpha, n their tokens with
+            [END]; the scores `translate` gives are this too.
         use_cache: decode with the key/value cache (the fast path); False
             re-runs the decoder over the whole prefix at every step.
         max_length: the most source tokens read and target tokens written;
@@ -69,10 +84,17 @@ class Translator(tf.Module):
         if trained.kind != "translator":
             raise ValueError(f"Translator needs a translator; this model is a {trained.kind} (use kformer.Generator).")
         check_positive_int("beam_size", beam_size)
+        vocab_size = trained.target_tokenizer.vocab_size
+        if beam_size > vocab_size:
+            raise ValueError(
+                f"beam_size must be at most the target vocabulary's {vocab_size:,} tokens, got beam_size={beam_size}."
+            )
         if max_length is not None:  # None: the model's
             check_positive_int("max_length", max_length)
         if not (isinstance(length_penalty, numbers.Real) and math.isfinite(length_penalty)):
             raise ValueError(f"length_penalty must be a finite number, got length_penalty={length_penalty!r}.")
+        if length_penalty < 0:
+            raise ValueError(f"length_penalty must be 0 or more (0: none), got length_penalty={length_penalty!r}.")
         self.model = trained.model
         self.source_tokenizer = trained.source_tokenizer
         self.target_tokenizer = trained.target_tokenizer
@@ -97,12 +119,23 @@ class Translator(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
     def translate_ids(self, encoder_tokens):
         """int32 `(B, S)`, 0 = padding -> int32 `(B, T)`, each row [END] then [PAD]."""
+        return self._search(encoder_tokens)[0][:, 0]
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
+    def search_ids(self, encoder_tokens):
+        """int32 `(B, S)` -> every hypothesis, best first: tokens int32 `(B, N, T)` and log-probabilities `(B, N)`.
+
+        N is `beam_size` (1 when greedy); the first hypothesis is `translate_ids`'s.
+        """
+        return self._search(encoder_tokens)
+
+    def _search(self, encoder_tokens):
         encoder_tokens = encoder_tokens[:, : self.max_length]
         width = tf.shape(encoder_tokens)[1]
         max_length = tf.minimum(width + EXTRA_OUTPUT_TOKENS, self.max_length)
 
         def graph_loop():
-            return decode(self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, self.use_cache)
+            return search(self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, self.use_cache)
 
         if not self.xla:
             return graph_loop()
@@ -115,7 +148,8 @@ class Translator(tf.Module):
         padded = tf.pad(encoder_tokens, [[0, tf.maximum(rows - batch, 0)], [0, -width % SOURCE_BUCKET]])
 
         def compiled():
-            return self._decode_compiled(padded, max_length)[:batch, :max_length]
+            tokens, log_probs = self._decode_compiled(padded, max_length)
+            return tokens[:batch, :, :max_length], log_probs[:batch]
 
         if self.beam_size == 1:
             return compiled()
@@ -124,23 +158,99 @@ class Translator(tf.Module):
         return tf.cond(batch <= XLA_BEAM_BATCH, compiled, graph_loop)
 
     def _decode_fixed(self, encoder_tokens, max_length):
-        """The loop over buffers of `self.max_length` positions, `(B, self.max_length)` out (what XLA compiles)."""
-        return decode(
+        """The search over buffers of `self.max_length` positions, `self.max_length` wide (what XLA compiles)."""
+        return search(
             self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, buffer_length=self.max_length
         )
 
-    def translate(self, sentences, batch_size=64):
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None], tf.int32, name="encoder_tokens"),
+            tf.TensorSpec([None, None], tf.int32, name="target_tokens"),
+        ]
+    )
+    def score_ids(self, encoder_tokens, target_tokens):
+        """Teacher-forced log-probabilities of given targets: int32 `(B, S)` and `(B, T)`, 0 = padding, no [END]
+        -> float32 `(B, T + 1)`, each target token's and then [END]'s, 0 after them."""
+        targets = tf.RaggedTensor.from_tensor(target_tokens, padding=PAD_ID)
+        rows = targets.nrows()
+        decoder_tokens = tf.concat([tf.fill([rows, 1], START_ID), targets], axis=1).to_tensor(PAD_ID)  # (B, T' + 1)
+        labels = tf.concat([targets, tf.fill([rows, 1], END_ID)], axis=1).to_tensor(PAD_ID)  # (B, T' + 1)
+        logits = tf.cast(self.model([encoder_tokens, decoder_tokens], training=False), tf.float32)  # (B, T' + 1, V)
+        chosen = tf.gather(logits, labels, batch_dims=2) - tf.reduce_logsumexp(logits, axis=-1)
+        token_log_probs = tf.where(tf.not_equal(labels, PAD_ID), chosen, 0.0)
+        return tf.pad(token_log_probs, [[0, 0], [0, tf.shape(target_tokens)[1] + 1 - tf.shape(labels)[1]]])
+
+    def translate(self, sentences, batch_size=64, n_best=1, with_scores=False):
         """Python strings in, Python strings out (one for each), batched by similar length.
 
         Characters UTF-8 cannot encode (lone surrogates) are read as "?".
+
+        Args:
+            n_best: the most likely `n_best` translations of each sentence (at most
+                `beam_size`), best first: a list of them for each sentence.
+            with_scores: each translation as `(translation, score)`, the score what
+                beam search ranks by: log p(translation | sentence) / ((5 + n) / 6)^alpha,
+                n its tokens with [END] and alpha the `length_penalty` (0: the
+                log-probability itself; `score` gives it token by token).
+
+        Returns:
+            A string for each sentence; with `n_best` > 1 a list of them; with
+            `with_scores` each one a `(string, score)` pair.
         """
         check_positive_int("batch_size", batch_size)
+        check_positive_int("n_best", n_best)
+        if n_best > self.beam_size:
+            raise ValueError(f"n_best must be at most beam_size ({self.beam_size}), got n_best={n_best}.")
         sentences = utf8_batch(sentences)
-        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-        translations = [""] * len(sentences)
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            outputs = self(tf.constant([sentences[i] for i in batch], tf.string)).numpy()
-            for index, output in zip(batch, outputs, strict=True):
-                translations[index] = output.decode("utf-8")
+        translations = [None] * len(sentences)
+        for batch in self._batches(sentences, batch_size):
+            texts = tf.constant([sentences[i] for i in batch], tf.string)
+            if n_best == 1 and not with_scores:  # the text-to-text graph, what a SavedModel serves
+                for index, output in zip(batch, self(texts).numpy(), strict=True):
+                    translations[index] = output.decode("utf-8")
+                continue
+            source = padded_tokens(self.source_tokenizer.tokenize(texts))
+            tokens, log_probs = (x.numpy() for x in self.search_ids(source))
+            lengths = (tokens != PAD_ID).sum(axis=2)  # (B, N): [END] included
+            scores = length_normalized(log_probs, lengths, self.length_penalty).numpy()
+            best = tf.constant(tokens[:, :n_best].reshape(len(batch) * n_best, -1))
+            texts = self.target_tokenizer.detokenize(best).numpy().reshape(len(batch), n_best)
+            for row, index in enumerate(batch):
+                alive = log_probs[row, :n_best] > -1e8  # an empty source's beams: only the first ever lived
+                found = [
+                    (text.decode("utf-8"), float(score))
+                    for text, score, live in zip(texts[row], scores[row, :n_best], alive, strict=True)
+                    if live
+                ]
+                found = found if with_scores else [text for text, _ in found]
+                translations[index] = found if n_best > 1 else found[0]
         return translations
+
+    def score(self, sources, targets, batch_size=64):
+        """How likely each target is as the translation of its source, in one teacher-forced pass a batch.
+
+        Returns:
+            A `PairScore` for each pair: the log-probability of the target's tokens
+            and [END] (what the search computes for the same tokens), their count,
+            and each token's log-probability.
+        """
+        check_positive_int("batch_size", batch_size)
+        sources, targets = utf8_batch(sources), utf8_batch(targets)
+        if len(sources) != len(targets):
+            raise ValueError(f"score needs one target a source: got {len(sources)} sources, {len(targets)} targets.")
+        scores = [None] * len(sources)
+        for batch in self._batches(sources, batch_size):
+            source = padded_tokens(self.source_tokenizer.tokenize(tf.constant([sources[i] for i in batch])))
+            target = self.target_tokenizer.tokenize(tf.constant([targets[i] for i in batch]))
+            token_log_probs = self.score_ids(source, target.to_tensor(PAD_ID)).numpy()
+            for row, (index, length) in enumerate(zip(batch, target.row_lengths().numpy() + 1, strict=True)):
+                values = [float(value) for value in token_log_probs[row, :length]]
+                scores[index] = PairScore(float(token_log_probs[row, :length].sum()), int(length), values)
+        return scores
+
+    @staticmethod
+    def _batches(texts, batch_size):
+        """Indices of `texts` in batches of `batch_size`, texts of similar length together."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]

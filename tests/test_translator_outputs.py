@@ -1,0 +1,209 @@
+"""What a translator gives back besides one string: n-best lists, scores, scores of given pairs.
+
+Scores are checked against NumPy's log-softmax of the model's own teacher-forced logits, and the search's
+scores against the teacher-forced ones of the tokens it chose.
+"""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from conftest import copy_task_model, hesitant_model, to_numpy
+
+from kformer import Translator
+from kformer.cli import main
+from kformer.data.text import END_ID, PAD_ID, START_ID
+from kformer.model_dir import TrainedModel
+
+SOURCES = ["a b c", "d e f g h", "i j k l a b", "c c d", "l k j i h g f", "e"]
+
+
+@pytest.fixture(scope="module")
+def copier():
+    return copy_task_model()
+
+
+@pytest.fixture(scope="module")
+def hesitant(copier):
+    """`hesitant_model` with the letter tokenizers: its beams end at different lengths."""
+    return TrainedModel(hesitant_model(), copier.source_tokenizer, copier.target_tokenizer, copier.config)
+
+
+def numpy_log_probs(trained, source, target_ids):
+    """log p(target_ids + [END] | source), token by token, from NumPy's log-softmax of the model's logits."""
+    encoder = trained.source_tokenizer.tokenize([source]).to_tensor().numpy()
+    decoder = np.array([[START_ID, *target_ids]], "int32")
+    logits = to_numpy(trained.model([encoder, decoder], training=False))[0].astype("float64")  # (T + 1, V)
+    log_softmax = logits - logits.max(-1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    return log_softmax[np.arange(len(target_ids) + 1), [*target_ids, END_ID]]
+
+
+def gnmt(log_prob, tokens, alpha):
+    return log_prob / ((5 + tokens) / 6) ** alpha
+
+
+def test_score_is_the_teacher_forced_log_probability_of_each_token_and_end(hesitant):
+    targets = ["a b c", "x", "", "l l l l l l l l l l l l l l"]  # "x" is unknown: [UNK]
+    sources = ["a b c", "d e", "f", "g h i"]
+    translator = Translator(hesitant)
+    scores = translator.score(sources, targets, batch_size=3)
+    for source, target, score in zip(sources, targets, scores, strict=True):
+        ids = [int(i) for i in hesitant.target_tokenizer.tokenize([target])[0].numpy()]
+        expected = numpy_log_probs(hesitant, source, ids)
+        assert score.tokens == len(ids) + 1 == len(score.token_log_probs)
+        np.testing.assert_allclose(score.token_log_probs, expected, rtol=1e-4, atol=1e-5)
+        assert score.log_prob == pytest.approx(expected.sum(), rel=1e-4)
+    # The ids function behind it: one value a target token and one for [END], then 0 where the batch pads.
+    encoder, target = (tokenizer.tokenize(texts).to_tensor() for tokenizer, texts in zip(
+        (hesitant.source_tokenizer, hesitant.target_tokenizer), (sources, targets), strict=True))  # fmt: skip
+    token_log_probs = to_numpy(translator.score_ids(encoder, target))
+    assert token_log_probs.shape == (4, target.shape[1] + 1)
+    for row, score in zip(token_log_probs, scores, strict=True):
+        np.testing.assert_allclose(row[: score.tokens], score.token_log_probs, rtol=1e-5)
+        assert (row[score.tokens :] == 0).all() and (row[: score.tokens] < 0).all()
+
+
+@pytest.mark.parametrize(
+    "model, beam_size, xla",
+    [("hesitant", 1, True), ("hesitant", 1, False), ("hesitant", 3, True), ("hesitant", 3, False)]
+    + [("copier", 1, False)],
+)
+def test_the_searchs_log_probabilities_are_the_teacher_forced_ones_of_its_tokens(request, model, beam_size, xla):
+    """On the hesitant model most hypotheses run to the output limit; the copier's end at their own lengths,
+    the rows of a batch at different steps."""
+    hesitant = request.getfixturevalue(model)
+    translator = Translator(hesitant, beam_size=beam_size, xla=xla)
+    encoder = hesitant.source_tokenizer.tokenize(SOURCES).to_tensor()
+    tokens, log_probs = (to_numpy(x) for x in translator.search_ids(encoder))
+    assert tokens.shape[:2] == log_probs.shape == (len(SOURCES), beam_size)
+    ended = 0
+    for row, source in enumerate(SOURCES):
+        for hypothesis, log_prob in zip(tokens[row], log_probs[row], strict=True):
+            ids = [int(i) for i in hypothesis if i != PAD_ID]
+            if ids[-1:] == [END_ID]:
+                expected, ended = numpy_log_probs(hesitant, source, ids[:-1]).sum(), ended + 1
+            else:  # cut at the output limit: its tokens without [END]
+                expected = numpy_log_probs(hesitant, source, ids)[:-1].sum()
+            assert log_prob == pytest.approx(expected, rel=1e-4, abs=1e-4)
+    assert ended >= (len(SOURCES) if beam_size > 1 or model == "copier" else 0)  # both kinds are checked
+
+
+def test_n_best_lists_are_distinct_best_first_and_begin_with_the_plain_translation(hesitant):
+    translator = Translator(hesitant, beam_size=4, length_penalty=1.0)
+    plain = translator.translate(SOURCES)
+    lists = translator.translate(SOURCES, n_best=4, with_scores=True)
+    encoder = hesitant.source_tokenizer.tokenize(SOURCES).to_tensor()
+    tokens = to_numpy(translator.search_ids(encoder)[0])
+    for row, (source, hypotheses) in enumerate(zip(SOURCES, lists, strict=True)):
+        assert len(hypotheses) == 4 and hypotheses[0][0] == plain[row]
+        scores = [score for _, score in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(hypothesis) for hypothesis in tokens[row]}) == 4  # distinct token sequences
+        for hypothesis, (_, score) in zip(tokens[row], hypotheses, strict=True):
+            ids = [int(i) for i in hypothesis if i != PAD_ID]
+            ended = ids[-1:] == [END_ID]
+            if ended:  # GNMT's score of NumPy's log-probability, the length counting [END]
+                expected = gnmt(numpy_log_probs(hesitant, source, ids[:-1]).sum(), len(ids), 1.0)
+                assert score == pytest.approx(expected, rel=1e-4, abs=1e-4)
+    assert translator.translate(SOURCES, n_best=4) == [[text for text, _ in found] for found in lists]
+    assert translator.translate(SOURCES, n_best=4)[0] != [plain[0]] * 4
+
+
+def test_a_translations_score_is_its_log_probability_over_the_length_penalty(copier):
+    """The copier's translations read back as the same tokens, so `score` can check `with_scores`."""
+    for beam_size, alpha in ((1, 0.6), (3, 1.5)):
+        translator = Translator(copier, beam_size=beam_size, length_penalty=alpha, xla=False)  # XLA's: above
+        found = translator.translate(SOURCES[:5], with_scores=True)
+        assert [text for text, _ in found] == translator.translate(SOURCES[:5]) == SOURCES[:5]  # it copies
+        for (_, score), given in zip(found, translator.score(SOURCES[:5], SOURCES[:5]), strict=True):
+            assert score == pytest.approx(gnmt(given.log_prob, given.tokens, alpha), rel=1e-4, abs=1e-5)
+
+
+def test_an_empty_source_gives_one_empty_hypothesis(copier):
+    translator = Translator(copier, beam_size=3, xla=False)
+    assert translator.translate(["", "a b"], n_best=3, with_scores=True)[0] == [("", 0.0)]
+
+
+@pytest.mark.parametrize(
+    "settings, call, message",
+    [
+        (dict(beam_size=17), None, "beam_size must be at most the target vocabulary's 16 tokens, got beam_size=17"),
+        (dict(length_penalty=-0.5), None, r"length_penalty must be 0 or more \(0: none\), got length_penalty=-0.5"),
+        (dict(beam_size=2), dict(n_best=3), r"n_best must be at most beam_size \(2\), got n_best=3"),
+        (dict(beam_size=2), dict(n_best=0), "n_best must be a positive integer, got n_best=0"),
+    ],
+)
+def test_decoding_settings_out_of_range_are_one_clear_error(copier, settings, call, message):
+    with pytest.raises(ValueError, match=message):
+        Translator(copier, **settings).translate(["a b"], **(call or {}))
+
+
+def test_score_needs_a_target_for_each_source(copier):
+    with pytest.raises(ValueError, match="score needs one target a source: got 2 sources, 1 targets"):
+        Translator(copier).score(["a", "b"], ["a"])
+
+
+@pytest.fixture(scope="module")
+def hesitant_dir(hesitant, tmp_path_factory):
+    out = tmp_path_factory.mktemp("hesitant") / "model"
+    hesitant.save(out)
+    return out
+
+
+@pytest.mark.slow
+def test_kformer_translate_prints_n_best_lists_with_scores_and_as_json(hesitant, hesitant_dir, capsys):
+    expected = Translator(hesitant, beam_size=3, length_penalty=1.0).translate(SOURCES, n_best=3, with_scores=True)
+    flags = ["--model", str(hesitant_dir), "--beam", "3", "--length-penalty", "1.0"]
+    assert main(["translate", *flags, "--n-best", "3", "--scores", *SOURCES]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    rows = [(str(index), f"{score:.4f}", text) for index, found in enumerate(expected) for text, score in found]
+    assert [tuple(line) for line in lines] == rows
+    assert main(["translate", *flags, "--json", *SOURCES[:2]]) == 0
+    objects = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert objects == [
+        {"index": i, "source": SOURCES[i], "hypotheses": [{"translation": expected[i][0][0], "score": pytest.approx(
+            expected[i][0][1], abs=1e-4)}]}
+        for i in range(2)
+    ]  # fmt: skip
+    assert main(["translate", *flags, "--scores", SOURCES[0]]) == 0
+    assert capsys.readouterr().out == f"{expected[0][0][1]:.4f}\t{expected[0][0][0]}\n"
+
+
+def test_kformer_score_prints_each_pairs_log_probability(hesitant, hesitant_dir, tmp_path, capsys):
+    pairs = [("a b c", "c b a"), ("d", "x y"), ("e f", "e")]
+    data = tmp_path / "pairs.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    expected = Translator(hesitant).score([s for s, _ in pairs], [t for _, t in pairs])
+    assert main(["score", "--model", str(hesitant_dir), "--data", str(data)]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert lines == [[f"{e.log_prob:.4f}", str(e.tokens), s, t] for e, (s, t) in zip(expected, pairs, strict=True)]
+    assert main(["score", "--model", str(hesitant_dir), "--data", str(data), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert first["tokens"] == 4 and first["token_log_probs"] == pytest.approx(expected[0].token_log_probs, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["translate", "--beam", "100000", "a"], "--beam 100000 is more than the 16 tokens of .*'s target vocabulary"),
+        (["translate", "--beam", "2", "--n-best", "3", "a"], "--n-best 3 is more than --beam 2 keeps; give --beam 3"),
+        (["score", "--data", "{empty_target}"], r"pairs.tsv, line 2: the target side is empty"),
+    ],
+)
+def test_kformer_decoding_flags_out_of_range_are_one_line(hesitant_dir, tmp_path, capsys, argv, message):
+    empty_target = tmp_path / "pairs.tsv"
+    empty_target.write_text("a b\tb a\nc d\t\n", encoding="utf-8")
+    argv = [arg.format(empty_target=empty_target) for arg in argv]
+    assert main([argv[0], "--model", str(hesitant_dir), *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"kformer {argv[0]}: error: ")
+    assert re.search(message, err), err
+
+
+def test_a_negative_length_penalty_is_refused_by_the_parser(hesitant_dir, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(hesitant_dir), "--length-penalty", "-1", "a"])
+    assert exit_info.value.code == 2
+    assert "argument --length-penalty: expected a number of 0 or more, got '-1'" in capsys.readouterr().err
