@@ -104,9 +104,12 @@ class Translator(tf.Module):
         self.max_length = int(trained.max_length if max_length is None else max_length)
         self.xla = bool(xla and use_cache)
         if self.xla:  # only then: tf.saved_model.save traces and keeps every tf.function a module holds
-            self._decode_compiled = tf.function(
-                self._decode_fixed,
-                input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)],
+            signature = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
+            self._decode_compiled = tf.function(self._decode_fixed, input_signature=signature, jit_compile=True)
+            # Greedy search's log-probabilities cost a softmax normaliser a step: compiled apart, for `search_ids`.
+            self._search_compiled = tf.function(
+                lambda tokens, length: self._decode_fixed(tokens, length, with_log_probs=True),
+                input_signature=signature,
                 jit_compile=True,
             )
 
@@ -119,7 +122,7 @@ class Translator(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
     def translate_ids(self, encoder_tokens):
         """int32 `(B, S)`, 0 = padding -> int32 `(B, T)`, each row [END] then [PAD]."""
-        return self._search(encoder_tokens)[0][:, 0]
+        return self._search(encoder_tokens, with_log_probs=False)[0][:, 0]
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
     def search_ids(self, encoder_tokens):
@@ -127,15 +130,16 @@ class Translator(tf.Module):
 
         N is `beam_size` (1 when greedy); the first hypothesis is `translate_ids`'s.
         """
-        return self._search(encoder_tokens)
+        return self._search(encoder_tokens, with_log_probs=True)
 
-    def _search(self, encoder_tokens):
+    def _search(self, encoder_tokens, with_log_probs):
         encoder_tokens = encoder_tokens[:, : self.max_length]
         width = tf.shape(encoder_tokens)[1]
         max_length = tf.minimum(width + EXTRA_OUTPUT_TOKENS, self.max_length)
+        settings = (self.beam_size, self.length_penalty, self.use_cache)
 
         def graph_loop():
-            return search(self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, self.use_cache)
+            return search(self.model, encoder_tokens, max_length, *settings, with_log_probs=with_log_probs)
 
         if not self.xla:
             return graph_loop()
@@ -147,8 +151,10 @@ class Translator(tf.Module):
         rows = 2 if self.beam_size == 1 else 1
         padded = tf.pad(encoder_tokens, [[0, tf.maximum(rows - batch, 0)], [0, -width % SOURCE_BUCKET]])
 
+        loop = self._search_compiled if with_log_probs and self.beam_size == 1 else self._decode_compiled
+
         def compiled():
-            tokens, log_probs = self._decode_compiled(padded, max_length)
+            tokens, log_probs = loop(padded, max_length)
             return tokens[:batch, :, :max_length], log_probs[:batch]
 
         if self.beam_size == 1:
@@ -157,11 +163,10 @@ class Translator(tf.Module):
         # the compiled loop is the faster (bench/RESULTS.md). Beyond, each new batch size would compile again.
         return tf.cond(batch <= XLA_BEAM_BATCH, compiled, graph_loop)
 
-    def _decode_fixed(self, encoder_tokens, max_length):
+    def _decode_fixed(self, encoder_tokens, max_length, with_log_probs=False):
         """The search over buffers of `self.max_length` positions, `self.max_length` wide (what XLA compiles)."""
-        return search(
-            self.model, encoder_tokens, max_length, self.beam_size, self.length_penalty, buffer_length=self.max_length
-        )
+        settings = (self.beam_size, self.length_penalty, True, self.max_length, with_log_probs)
+        return search(self.model, encoder_tokens, max_length, *settings)
 
     @tf.function(
         input_signature=[
