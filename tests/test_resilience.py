@@ -374,6 +374,18 @@ def test_a_disk_that_fills_while_saving_leaves_a_resumable_run_not_a_finished_on
     assert saved_state(out)["epoch"] == 1  # the run is still there to finish once there is room
 
 
+def train_until_ctrl_c(splits, out, config, ctrl_c, monkeypatch):
+    """The training job with the callback `ctrl_c` first among its own, which must interrupt it (SIGINT)."""
+    from kformer.training import jobs
+    from kformer.training.callbacks import TrainingInterrupted
+
+    with monkeypatch.context() as patch:
+        callbacks = jobs._callbacks
+        patch.setattr(jobs, "_callbacks", lambda *args: [ctrl_c, *callbacks(*args)])
+        with pytest.raises(TrainingInterrupted):
+            jobs.train_translator(splits, out, config, verbose=0)
+
+
 @pytest.mark.slow
 def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_on(tmp_path, monkeypatch):
     """Ctrl-C as the first of two epochs ends, then the same job again: the resumed run reads past the batches
@@ -383,7 +395,6 @@ def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_
 
     from kformer.data.corpus import builtin_splits
     from kformer.training import jobs
-    from kformer.training.callbacks import TrainingInterrupted
 
     splits = builtin_splits()
     # No dropout: a resumed run draws other masks, which is not what is tested here.
@@ -396,11 +407,7 @@ def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_
 
     clean = jobs.train_translator(splits, tmp_path / "clean", config, verbose=0).model
     out = tmp_path / "resumed"
-    with monkeypatch.context() as patch:
-        callbacks = jobs._callbacks
-        patch.setattr(jobs, "_callbacks", lambda *args: [CtrlC(), *callbacks(*args)])
-        with pytest.raises(TrainingInterrupted):
-            jobs.train_translator(splits, out, config, verbose=0)
+    train_until_ctrl_c(splits, out, config, CtrlC(), monkeypatch)
     assert saved_state(out)["step"] == 10
     resumed = jobs.train_translator(splits, out, config, verbose=0).model
     assert int(resumed.optimizer.iterations.numpy()) == 20
@@ -418,7 +425,6 @@ def test_a_run_resumed_in_the_middle_of_an_epoch_goes_on_from_the_next_batch(tmp
 
     from kformer.data.corpus import builtin_splits
     from kformer.training import jobs
-    from kformer.training.callbacks import TrainingInterrupted
 
     train = {"train": builtin_splits()["train"]}  # no validation: nothing but the batches decides the weights
     settings = dict(SMALL_SETTINGS, schedule="noam", backup_steps=1000, seed=3, dropout=0.0, jit_compile=False)
@@ -430,11 +436,7 @@ def test_a_run_resumed_in_the_middle_of_an_epoch_goes_on_from_the_next_batch(tmp
 
     config = TrainingConfig(**settings, epochs=2, steps_per_epoch=10)
     out = tmp_path / "resumed"
-    with monkeypatch.context() as patch:
-        callbacks = jobs._callbacks
-        patch.setattr(jobs, "_callbacks", lambda *args: [CtrlC(), *callbacks(*args)])
-        with pytest.raises(TrainingInterrupted):
-            jobs.train_translator(train, out, config, verbose=0)
+    train_until_ctrl_c(train, out, config, CtrlC(), monkeypatch)
     assert (saved_state(out)["step"], saved_state(out)["epoch"]) == (5, 0)
     resumed = jobs.train_translator(train, out, config, verbose=0).model
     assert int(resumed.optimizer.iterations.numpy()) == 25
