@@ -51,6 +51,7 @@ def random_translator(tmp_path_factory):
 LETTER_SOURCES = ["a b c", "d e f g h", "i j k l a b", "c c d", "l k j i h g f", "e"]
 
 
+@pytest.mark.slow
 def test_the_beam_flag_of_kformer_translate_reaches_the_decoder(random_translator, capsys):
     """`--beam 4` prints what `Translator(beam_size=4)` gives, which here is not greedy's."""
     trained = load(random_translator)

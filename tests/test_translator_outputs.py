@@ -67,8 +67,7 @@ def test_score_is_the_teacher_forced_log_probability_of_each_token_and_end(hesit
 
 @pytest.mark.parametrize(
     "model, beam_size, xla",
-    [("hesitant", 1, True), ("hesitant", 1, False), ("hesitant", 3, True), ("hesitant", 3, False)]
-    + [("copier", 1, False)],
+    [("hesitant", 1, True), ("hesitant", 3, True), ("hesitant", 3, False), ("copier", 1, False)],
 )
 def test_the_searchs_log_probabilities_are_the_teacher_forced_ones_of_its_tokens(request, model, beam_size, xla):
     """On the hesitant model most hypotheses run to the output limit; the copier's end at their own lengths,
@@ -111,6 +110,7 @@ def test_n_best_lists_are_distinct_best_first_and_begin_with_the_plain_translati
     assert translator.translate(SOURCES, n_best=4)[0] != [plain[0]] * 4
 
 
+@pytest.mark.slow
 def test_a_translations_score_is_its_log_probability_over_the_length_penalty(copier):
     """The copier's translations read back as the same tokens, so `score` can check `with_scores`."""
     for beam_size, alpha in ((1, 0.6), (3, 1.5)):

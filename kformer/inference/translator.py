@@ -5,8 +5,10 @@ inside the graph, so the same object serves Python callers, a SavedModel for
 TF Serving, and (through `translate_ids`) runtimes without string ops.
 """
 
+import functools
 import math
 import numbers
+import types
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,6 +22,8 @@ from kformer.model_dir import TrainedModel, load
 EXTRA_OUTPUT_TOKENS = 50
 SOURCE_BUCKET = 8  # under XLA, sources are padded to a multiple of this many tokens
 XLA_BEAM_BATCH = 64  # beam search runs under XLA up to this many sentences a batch
+_IDS = tf.TensorSpec([None, None], tf.int32)
+_FIXED_LOOP = [_IDS, tf.TensorSpec([], tf.int32)]  # the compiled loop's: sources, and the output limit
 
 
 class PairScore(NamedTuple):
@@ -104,14 +108,9 @@ class Translator(tf.Module):
         self.max_length = int(trained.max_length if max_length is None else max_length)
         self.xla = bool(xla and use_cache)
         if self.xla:  # only then: tf.saved_model.save traces and keeps every tf.function a module holds
-            signature = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
-            self._decode_compiled = tf.function(self._decode_fixed, input_signature=signature, jit_compile=True)
-            # Greedy search's log-probabilities cost a softmax normaliser a step: compiled apart, for `search_ids`.
-            self._search_compiled = tf.function(
-                lambda tokens, length: self._decode_fixed(tokens, length, with_log_probs=True),
-                input_signature=signature,
-                jit_compile=True,
-            )
+            self._decode_compiled = tf.function(self._decode_fixed, input_signature=_FIXED_LOOP, jit_compile=True)
+        # The functions of scores and n-best lists, made on first use (`_on_demand`).
+        self._made = types.SimpleNamespace()
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def __call__(self, texts):
@@ -124,13 +123,25 @@ class Translator(tf.Module):
         """int32 `(B, S)`, 0 = padding -> int32 `(B, T)`, each row [END] then [PAD]."""
         return self._search(encoder_tokens, with_log_probs=False)[0][:, 0]
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
     def search_ids(self, encoder_tokens):
         """int32 `(B, S)` -> every hypothesis, best first: tokens int32 `(B, N, T)` and log-probabilities `(B, N)`.
 
         N is `beam_size` (1 when greedy); the first hypothesis is `translate_ids`'s.
         """
-        return self._search(encoder_tokens, with_log_probs=True)
+        search_ids = self._on_demand("search_ids", lambda tokens: self._search(tokens, True), [_IDS])
+        return search_ids(tf.cast(encoder_tokens, tf.int32))
+
+    def _on_demand(self, name, python_function, input_signature, jit_compile=None):
+        """`tf.function(python_function, ...)`, made on first use and kept where tf.saved_model does not look.
+
+        A SavedModel of a Translator traces every tf.function the module holds
+        that has an input signature (about 2 s each), so the functions of
+        scores and n-best lists, which the exports do not serve, stay out of it.
+        """
+        if not hasattr(self._made, name):
+            function = tf.function(python_function, input_signature=input_signature, jit_compile=jit_compile)
+            setattr(self._made, name, function)
+        return getattr(self._made, name)
 
     def _search(self, encoder_tokens, with_log_probs):
         encoder_tokens = encoder_tokens[:, : self.max_length]
@@ -151,7 +162,10 @@ class Translator(tf.Module):
         rows = 2 if self.beam_size == 1 else 1
         padded = tf.pad(encoder_tokens, [[0, tf.maximum(rows - batch, 0)], [0, -width % SOURCE_BUCKET]])
 
-        loop = self._search_compiled if with_log_probs and self.beam_size == 1 else self._decode_compiled
+        loop = self._decode_compiled
+        if with_log_probs and self.beam_size == 1:  # greedy's sum costs a softmax normaliser a step: compiled apart
+            fixed = functools.partial(self._decode_fixed, with_log_probs=True)
+            loop = self._on_demand("search_compiled", fixed, _FIXED_LOOP, jit_compile=True)
 
         def compiled():
             tokens, log_probs = loop(padded, max_length)
@@ -168,15 +182,13 @@ class Translator(tf.Module):
         settings = (self.beam_size, self.length_penalty, True, self.max_length, with_log_probs)
         return search(self.model, encoder_tokens, max_length, *settings)
 
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="encoder_tokens"),
-            tf.TensorSpec([None, None], tf.int32, name="target_tokens"),
-        ]
-    )
     def score_ids(self, encoder_tokens, target_tokens):
         """Teacher-forced log-probabilities of given targets: int32 `(B, S)` and `(B, T)`, 0 = padding, no [END]
         -> float32 `(B, T + 1)`, each target token's and then [END]'s, 0 after them."""
+        score_ids = self._on_demand("score_ids", self._teacher_forced, [_IDS, _IDS])
+        return score_ids(tf.cast(encoder_tokens, tf.int32), tf.cast(target_tokens, tf.int32))
+
+    def _teacher_forced(self, encoder_tokens, target_tokens):
         targets = tf.RaggedTensor.from_tensor(target_tokens, padding=PAD_ID)
         rows = targets.nrows()
         decoder_tokens = tf.concat([tf.fill([rows, 1], START_ID), targets], axis=1).to_tensor(PAD_ID)  # (B, T' + 1)
