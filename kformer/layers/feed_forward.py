@@ -41,9 +41,9 @@ class FeedForward(keras.layers.Layer):
         self.dropout = dropout
         self.activation = activation
         self.supports_masking = True
-        self.hidden = keras.layers.Dense(d_ff, activation=activation, name="hidden")
-        self.hidden_dropout = Dropout(dropout)
-        self.projection = keras.layers.Dense(d_model, name="projection")
+        self.hidden = keras.layers.Dense(d_ff, activation=activation, name="hidden", dtype=self.dtype_policy)
+        self.hidden_dropout = Dropout(dropout, dtype=self.dtype_policy)
+        self.projection = keras.layers.Dense(d_model, name="projection", dtype=self.dtype_policy)
 
     def build(self, x_shape):
         if x_shape[-1] != self.d_model:

@@ -50,7 +50,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         self.dropout = dropout
         self.use_bias = use_bias
         self.supports_masking = True
-        self.attention_dropout = Dropout(dropout)
+        self.attention_dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def _build_projections(self, x_shape, context_shape):
         check_rank("x", x_shape, 3)

@@ -75,7 +75,9 @@ class PositionalEmbedding(keras.layers.Layer):
         self.d_model = d_model
         self.scale = scale
         self.mask_zero = mask_zero
-        self.token_embedding = keras.layers.Embedding(vocab_size, d_model, name="token_embedding")
+        self.token_embedding = keras.layers.Embedding(
+            vocab_size, d_model, name="token_embedding", dtype=self.dtype_policy
+        )
 
     def build(self, token_ids_shape):
         self.token_embedding.build(token_ids_shape)

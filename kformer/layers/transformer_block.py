@@ -95,20 +95,27 @@ class TransformerBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.supports_masking = True
 
+        # Every sublayer takes the block's dtype policy, so a block built with
+        # dtype="mixed_float16" adds float16 to float16 in its residual sums.
+        policy = self.dtype_policy
         self.self_attention = MultiHeadSelfAttention(
-            num_heads, d_model, dropout=dropout, causal=causal, name="self_attention"
+            num_heads, d_model, dropout=dropout, causal=causal, name="self_attention", dtype=policy
         )
         self.self_attention_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="self_attention_norm"
+            epsilon=layer_norm_epsilon, name="self_attention_norm", dtype=policy
         )
         if cross_attention:
-            self.cross_attention_layer = CrossAttention(num_heads, d_model, dropout=dropout, name="cross_attention")
-            self.cross_attention_norm = keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, name="cross_attention_norm"
+            self.cross_attention_layer = CrossAttention(
+                num_heads, d_model, dropout=dropout, name="cross_attention", dtype=policy
             )
-        self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward")  # no hidden dropout: see above
-        self.feed_forward_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="feed_forward_norm")
-        self.residual_dropout = Dropout(dropout)
+            self.cross_attention_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, name="cross_attention_norm", dtype=policy
+            )
+        self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward", dtype=policy)  # no hidden dropout: see above
+        self.feed_forward_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="feed_forward_norm", dtype=policy
+        )
+        self.residual_dropout = Dropout(dropout, dtype=policy)
 
     def build(self, x_shape, context_shape=None):
         if self.cross_attention and context_shape is None:
