@@ -102,18 +102,28 @@ def _demo(args):
 
 
 def _train(args):
-    from kformer.data.pairs import read_lines
+    from kformer.data.pairs import read_lines, split_of
     from kformer.training.evaluation import evaluate
     from kformer.training.jobs import is_chief, train_language_model, train_translator
 
     config = _config(args)
     if args.task == "lm":
-        lines = [t for _, t in _load_pairs("builtin")["train"]] if args.data == "builtin" else read_lines(args.data)
-        summary = train_language_model(lines, args.out, config, args.verbose, args.overwrite).config["result"]
+        if args.data == "builtin":
+            splits = _load_pairs("builtin")
+            lines, valid_lines = [t for _, t in splits["train"]], [t for _, t in splits["valid"]]
+        else:  # one line in fifty held out, chosen by its text's hash as split_pairs chooses
+            every = read_lines(args.data)
+            valid_lines = [line for line in every if split_of(line, test_fraction=0.0) == "valid"]
+            lines = [line for line in every if split_of(line, test_fraction=0.0) == "train"]
+        trained = train_language_model(lines, args.out, config, args.verbose, args.overwrite, valid_lines)
         if not is_chief(config):
             print(f"Done: this worker's part of the training; the chief saves the language model to {args.out}/.")
             return
-        print(f"Training loss {summary.get('loss', float('nan')):.3f}, perplexity {summary['perplexity']:.1f}.")
+        summary = trained.config["result"]
+        if "val_perplexity" in summary:
+            print(f"Perplexity on {len(valid_lines):,} held-out lines: {summary['val_perplexity']:.1f}.")
+        else:
+            print(f"No line held out to measure perplexity on (one in fifty is); training loss {summary['loss']:.3f}.")
         print(f'Saved the language model to {args.out}/ (try: kformer generate --model {args.out} "el gato").')
         return
     splits = _load_pairs(args.data, args.held_out, config.vocab_sample)

@@ -256,7 +256,7 @@ def test_two_workers_train_a_language_model_that_only_the_chief_saves(tmp_path):
         "--d-model", "32", "--num-heads", "2", "--num-layers", "1", "--d-ff", "64", "--vocab-size", "300", "--no-xla",
     ]  # fmt: skip
     chief, worker = finish_all(start_two_workers(command, tmp_path))
-    assert "perplexity" in chief and "Saved the language model" in chief, chief
+    assert "Perplexity on 500 held-out lines" in chief and "Saved the language model" in chief, chief
     assert "perplexity" not in worker and "Saved" not in worker and "the chief saves the language model" in worker
     saved = json.loads((tmp_path / "lm" / "config.json").read_text())
     assert saved["result"]["steps"] == 6, saved["result"]

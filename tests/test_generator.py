@@ -11,10 +11,11 @@ from conftest import count_decode_steps, run_fresh_python, to_numpy
 import kformer
 from kformer import Generator
 from kformer.cli import main
-from kformer.data.text import PAD_ID, START_ID, Tokenizer
+from kformer.data.text import END_ID, PAD_ID, START_ID, Tokenizer
 from kformer.inference.decoding import continue_prompts, sampler
 from kformer.model_dir import TrainedModel
 from kformer.training.config import TrainingConfig
+from kformer.training.evaluation import perplexity
 from kformer.training.jobs import train_language_model
 
 LETTERS = list(string.ascii_lowercase)
@@ -45,8 +46,11 @@ def alphabet_lm(tmp_path_factory):
         label_smoothing=0.0,
         jit_compile=False,
     )
-    train_language_model(lines, out, config, verbose=0)
+    train_language_model(lines, out, config, verbose=0, valid_lines=VALID_LINES)
     return out
+
+
+VALID_LINES = ["c d e f g h i j", "k l m n o p q r"]  # two of its training lines
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +68,31 @@ def test_a_trained_model_continues_its_text_exactly(alphabet_lm):
     assert trained.kind == "language_model" and trained.source_tokenizer is None
     # Each training line is eight consecutive letters: the prompt's run goes on, then [END].
     assert Generator(trained).generate(PROMPTS) == ["f g h i j", "b c d e f g h", "s t", "j k l m n o"]
+
+
+def test_perplexity_is_exp_of_the_mean_token_log_likelihood_from_numpy(random_lm):
+    # Each line alone, unpadded, through NumPy's log-softmax: [START] + tokens predicts tokens + [END].
+    lines = ["c d e", "a b c d e f g", "z"]
+    negative_log_likelihood, count = 0.0, 0
+    for ids in random_lm.target_tokenizer.tokenize(lines).to_list():
+        logits = to_numpy(random_lm.model(np.array([[START_ID] + ids]), training=False))[0].astype("float64")
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        negative_log_likelihood -= log_probs[np.arange(len(ids) + 1), ids + [END_ID]].sum()
+        count += len(ids) + 1
+    expected = np.exp(negative_log_likelihood / count)
+    assert perplexity(random_lm.model, random_lm.target_tokenizer, lines, max_length=16, batch_size=2) == (
+        pytest.approx(expected, rel=1e-5)
+    )
+
+
+def test_training_reports_the_perplexity_of_its_held_out_lines(alphabet_lm):
+    trained = kformer.load(alphabet_lm)
+    result = trained.config["result"]
+    assert result["val_perplexity"] == pytest.approx(
+        perplexity(trained.model, trained.target_tokenizer, VALID_LINES, max_length=12), abs=0.01
+    )
+    # The first letter is any of the 19 starts, the other eight tokens (with [END]) certain: exp(log(19) / 9).
+    assert result["val_perplexity"] == pytest.approx(19 ** (1 / 9), abs=0.02)
 
 
 def test_cached_and_uncached_generation_agree(random_lm):

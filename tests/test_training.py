@@ -247,14 +247,6 @@ def test_the_metric_starts_over_when_reset():
     assert float(metric.result()) == 1.0
 
 
-def test_perplexity_is_the_exponential_of_the_loss_capped_at_e_to_the_50():
-    from kformer.training.objectives import perplexity
-
-    assert perplexity(np.log(20.0)) == pytest.approx(20.0)
-    assert perplexity(0.0) == 1.0
-    assert perplexity(1e6) == pytest.approx(np.exp(50.0))  # an untrained model's loss does not overflow
-
-
 def test_the_losss_defaults_and_its_refusal_of_a_smoothing_of_one():
     loss = MaskedSparseCrossEntropy()
     assert (loss.name, loss.label_smoothing) == ("masked_sparse_cross_entropy", 0.1)  # the paper's e_ls

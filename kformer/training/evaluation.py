@@ -1,12 +1,16 @@
-"""Scoring translations: sacreBLEU's BLEU and chrF, and exact match."""
+"""Scoring models: translations by sacreBLEU's BLEU and chrF and exact match, a language model by perplexity."""
 
 import json
+import math
 import time
 
 import keras
 import sacrebleu
+from keras import ops
 
 from kformer.data.pairs import DataError, check_pairs
+from kformer.data.pipeline import make_dataset
+from kformer.data.text import PAD_ID
 from kformer.inference.translator import Translator
 from kformer.model_dir import TrainedModel, write_atomically, write_json
 
@@ -23,6 +27,25 @@ def score(hypotheses, references, lowercase=False):
         "exact_match": round(100.0 * exact / max(len(references), 1), 2),
         "n": len(references),
     }
+
+
+def perplexity(model, tokenizer, lines, max_length, batch_size=64):
+    """A decoder-only model's perplexity on `lines`: exp of the mean negative log-likelihood of their tokens.
+
+    Every token a line is trained to predict counts, [END] included, padding
+    not; there is no label smoothing, so this is not exp of the training loss
+    (with smoothing 0.1 that loss stays well above the true cross-entropy).
+    Lines longer than `max_length` tokens are cut as in training.
+    """
+    dataset = make_dataset([("", line) for line in lines], tokenizer, tokenizer, batch_size, max_length, shuffle=False)
+    total, tokens = 0.0, 0
+    for (_, decoder_input), labels in dataset:
+        logits = ops.cast(model(decoder_input, training=False), "float32")  # (B, T, V)
+        log_probs = ops.take_along_axis(ops.log_softmax(logits), labels[..., None], axis=-1)[..., 0]  # (B, T)
+        real = ops.not_equal(labels, PAD_ID)
+        total -= float(ops.sum(ops.where(real, log_probs, 0.0)))
+        tokens += int(ops.sum(ops.cast(real, "int32")))
+    return math.exp(min(total / tokens, 50.0))  # an untrained model's does not overflow
 
 
 def evaluate(trained, pairs, batch_size=64, lowercase=False):

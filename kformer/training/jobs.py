@@ -38,9 +38,9 @@ from kformer.model_dir import (
 from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TensorBoard, TimeBudget
 from kformer.training.config import ARCHITECTURE, ConfigError, TrainingConfig
 from kformer.training.distribute import fit_across_workers, make_strategy
-from kformer.training.evaluation import BestTranslations
+from kformer.training.evaluation import BestTranslations, perplexity
 from kformer.training.history import forget_epochs, learning_curves, whole_history
-from kformer.training.objectives import BudgetSchedule, TransformerSchedule, compile_for_training, perplexity
+from kformer.training.objectives import BudgetSchedule, TransformerSchedule, compile_for_training
 
 FEW_STEPS = 100  # a budget that ran out before this many steps warns that the model is barely trained
 
@@ -466,12 +466,14 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
         return _train("translator", train_pairs, valid_pairs, out, config, verbose, base)
 
 
-def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
+def train_language_model(lines, out, config=None, verbose=1, overwrite=False, valid_lines=()):
     """Trains the decoder-only (GPT-style) model on lines of text with the same recipe.
 
     Each line becomes [START] + tokens -> tokens + [END]. Writes a model
     directory (model.keras, target_vocab.txt, config.json with kind
     "language_model") that `kformer.load` and `kformer.Generator` read.
+    Given `valid_lines` (held-out text), the result holds the model's
+    perplexity on them, `val_perplexity` (see `evaluation.perplexity`).
 
     Returns:
         The `TrainedModel` (its `source_tokenizer` is None), also saved under `out`.
@@ -482,7 +484,10 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False):
     out = Path(out)
     with _claim(out, overwrite, config):
         # A language model is a translator from nothing: the pair pipeline with an empty source, decoder side kept.
-        return _train("language_model", [("", line) for line in lines], [], out, config, verbose)
+        if isinstance(valid_lines, (str, bytes)) or not all(isinstance(line, str) for line in valid_lines):
+            raise DataError("valid_lines must be a list of strings, one held-out line each.")
+        valid_pairs = [("", line) for line in valid_lines]
+        return _train("language_model", [("", line) for line in lines], valid_pairs, out, config, verbose)
 
 
 def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
@@ -516,7 +521,7 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
         if config.strategy != "multiworker":
             train = train(tf.distribute.InputContext())  # the one share: all of it
         valid, keeper = None, None
-        if valid_pairs:
+        if valid_pairs and translator:
             valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches)
             best = out / "training" / "best.weights.h5"
             keeper = BestTranslations(valid_pairs, source, target, config.max_length, best)
@@ -538,8 +543,8 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
             raise
     if keeper is not None and keeper.best >= 0:
         summary["val_chrf_kept"] = keeper.best
-    if not translator:
-        summary["perplexity"] = round(perplexity(summary.get("loss", 50.0)), 2)
+    if valid_pairs and not translator:
+        summary["val_perplexity"] = round(perplexity(model, target, [t for _, t in valid_pairs], config.max_length), 2)
     config_json = {"kind": kind, "max_length": config.max_length, "training": dataclasses.asdict(config)}
     trained = TrainedModel(model, source if translator else None, target, {**config_json, "result": summary})
     return _save_finished(trained, out, config)

@@ -204,7 +204,3 @@ def compile_for_training(
     )
     return model
 
-
-def perplexity(loss):
-    """exp(loss), the usual reading of a language model's cross-entropy."""
-    return math.exp(min(loss, 50.0))
