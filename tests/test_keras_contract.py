@@ -74,7 +74,8 @@ CASES = {
     ),
     "TransformerBlock, pre-LN decoder": dict(
         layer_cls=layers.TransformerBlock,
-        init_kwargs={"d_model": D, "num_heads": H, "d_ff": F, "causal": True, "cross_attention": True, "norm_first": True},
+        init_kwargs={"d_model": D, "num_heads": H, "d_ff": F, "causal": True, "cross_attention": True}
+        | {"norm_first": True},
         input_shape={"x_shape": (B, T, D), "context_shape": (B, S, D)},
         expected_output_shape=(B, T, D),
         expected_num_trainable_weights=2 * WEIGHTS_PER_ATTENTION + WEIGHTS_PER_FEED_FORWARD + 3 * WEIGHTS_PER_NORM,

@@ -111,7 +111,8 @@ class TransformerBlock(keras.layers.Layer):
             self.cross_attention_norm = keras.layers.LayerNormalization(
                 epsilon=layer_norm_epsilon, name="cross_attention_norm", dtype=policy
             )
-        self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward", dtype=policy)  # no hidden dropout: see above
+        # No dropout on the feed-forward's hidden activation: see above.
+        self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward", dtype=policy)
         self.feed_forward_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="feed_forward_norm", dtype=policy
         )

@@ -7,8 +7,6 @@ exactly when the budget (epochs or minutes) ends. Every object here is
 registered with Keras, since a compiled model's `.keras` file names them.
 """
 
-import math
-
 import keras
 import tensorflow as tf
 from keras import ops
@@ -203,4 +201,3 @@ def compile_for_training(
         jit_compile=jit_compile,
     )
     return model
-
