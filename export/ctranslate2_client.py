@@ -19,7 +19,7 @@ from pathlib import Path
 import ctranslate2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import ExportFolderError, WordPiece, read_manifest  # noqa: E402
+from wordpiece import ExportFolderError, WordPiece, by_sentence, read_manifest  # noqa: E402
 
 EXTRA_OUTPUT_TOKENS = 50  # as kformer.inference.translator
 
@@ -29,12 +29,17 @@ class Client:
 
     def __init__(self, export_dir, model="ctranslate2", threads=0):
         export_dir = Path(export_dir)
-        self.max_length = read_manifest(export_dir, f"{model}/model.bin")["max_length"]
+        self.manifest = read_manifest(export_dir, f"{model}/model.bin")
+        self.max_length = self.manifest["max_length"]
         self.source = WordPiece(export_dir / "source_vocab.txt")
         self.target = WordPiece(export_dir / "target_vocab.txt")
         self.translator = ctranslate2.Translator(str(export_dir / model), device="cpu", intra_threads=threads)
 
     def translate(self, sentences, beam_size=1):
+        """Lines in, translations out; a line of several sentences is split as kformer's graph splits it."""
+        return by_sentence(lambda flat: self._translate(flat, beam_size), sentences, self.manifest)
+
+    def _translate(self, sentences, beam_size):
         if not sentences:
             return []
         batch = [[self.source.vocabulary[i] for i in self.source.tokenize(s)[: self.max_length]] for s in sentences]

@@ -14,20 +14,24 @@ import numpy as np
 import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import ExportFolderError, WordPiece, pad_batch, read_manifest  # noqa: E402
+from wordpiece import ExportFolderError, WordPiece, by_sentence, pad_batch, read_manifest  # noqa: E402
 
 
 def translate(export_dir, sentences):
     if not sentences:
         return []
     export_dir = Path(export_dir)
-    max_length = read_manifest(export_dir, "onnx/translate_ids.onnx")["max_length"]
+    manifest = read_manifest(export_dir, "onnx/translate_ids.onnx")
     source = WordPiece(export_dir / "source_vocab.txt")
     target = WordPiece(export_dir / "target_vocab.txt")
-    tokens = np.array(pad_batch([source.tokenize(s) for s in sentences], max_length), dtype=np.int32)
     session = onnxruntime.InferenceSession(str(export_dir / "onnx" / "translate_ids.onnx"))
-    (output,) = session.run(None, {session.get_inputs()[0].name: tokens})
-    return [target.detokenize(row) for row in output]
+
+    def translate_sentences(sentences):
+        tokens = np.array(pad_batch([source.tokenize(s) for s in sentences], manifest["max_length"]), dtype=np.int32)
+        (output,) = session.run(None, {session.get_inputs()[0].name: tokens})
+        return [target.detokenize(row) for row in output]
+
+    return by_sentence(translate_sentences, sentences, manifest)
 
 
 def main():

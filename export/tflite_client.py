@@ -19,7 +19,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import ExportFolderError, WordPiece, pad_batch, read_manifest  # noqa: E402
+from wordpiece import ExportFolderError, WordPiece, by_sentence, pad_batch, read_manifest  # noqa: E402
 
 
 def run_signature(interpreter, **inputs):
@@ -31,27 +31,35 @@ def translate_ids(export_dir, sentences, model="translate_ids.tflite"):
     if not sentences:
         return []
     export_dir = Path(export_dir)
-    max_length = read_manifest(export_dir, f"tflite/{model}")["max_length"]
+    manifest = read_manifest(export_dir, f"tflite/{model}")
     source = WordPiece(export_dir / "source_vocab.txt")
     target = WordPiece(export_dir / "target_vocab.txt")
-    tokens = np.array(pad_batch([source.tokenize(s) for s in sentences], max_length), dtype=np.int32)
-    output = run_signature(Interpreter(model_path=str(export_dir / "tflite" / model)), encoder_tokens=tokens)
-    return [target.detokenize(row) for row in output]
+    interpreter = Interpreter(model_path=str(export_dir / "tflite" / model))
+
+    def translate_sentences(sentences):
+        tokens = np.array(pad_batch([source.tokenize(s) for s in sentences], manifest["max_length"]), dtype=np.int32)
+        return [target.detokenize(row) for row in run_signature(interpreter, encoder_tokens=tokens)]
+
+    return by_sentence(translate_sentences, sentences, manifest)
 
 
 def translate_strings(export_dir, sentences):
     import tensorflow_text  # provides the tokenizer kernels (tensorflow_text.tflite_registrar)
     from ai_edge_litert.interpreter import InterpreterWithCustomOps
 
-    read_manifest(export_dir, "tflite/translate.tflite")
+    manifest = read_manifest(export_dir, "tflite/translate.tflite")
     interpreter = InterpreterWithCustomOps(
         custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS,
         model_path=str(Path(export_dir) / "tflite" / "translate.tflite"),
     )
-    sentences = [unicodedata.normalize("NFC", s) for s in sentences]  # the graph does not normalise
-    output = run_signature(interpreter, texts=np.array(sentences, dtype=object))
     target = WordPiece(Path(export_dir) / "target_vocab.txt")  # for the spacing rules
-    return [target.space(text.decode("utf-8")) for text in output]
+
+    def translate_sentences(sentences):
+        output = run_signature(interpreter, texts=np.array(sentences, dtype=object))
+        return [target.space(text.decode("utf-8")) for text in output]
+
+    sentences = [unicodedata.normalize("NFC", s) for s in sentences]  # the graph does not normalise
+    return by_sentence(translate_sentences, sentences, manifest)
 
 
 def main():

@@ -144,6 +144,23 @@ class WordPiece:
         return text
 
 
+def by_sentence(translate_sentences, lines, manifest):
+    """Translates `lines` as kformer's graph does: each line split into sentences by the manifest's rules
+    (kformer/data/sentences.py), every sentence in one call of `translate_sentences` (a list of strings in,
+    their translations out), and each line's translations joined by the spaces between its sentences.
+
+    An export from before the rules were written (no "sentence_rules") translates each line whole, as it did.
+    """
+    split = []
+    for line in lines:
+        for pattern, replacement in manifest.get("sentence_rules", []):
+            line = re.sub(pattern, replacement, line)
+        split.append(line.split(manifest["sentence_boundary"]) if "sentence_rules" in manifest else [line])
+    translations = iter(translate_sentences([sentence for sentences in split for sentence in sentences]))
+    joined = [[next(translations) + sentence[len(sentence.rstrip(" \t")) :] for sentence in s] for s in split]
+    return ["".join(line).rstrip(" \t") for line in joined]  # the spaces between sentences, not after the last
+
+
 def pad_batch(rows, max_length, pad=0):
     """Token id lists -> a rectangular list of lists, cut to max_length and padded with `pad` ([PAD]'s id)."""
     rows = [row[:max_length] for row in rows]

@@ -190,6 +190,7 @@ ODD_TEXTS = {
     "zero-width characters": "a\u200bb\u200c c\u200d\ufeff",
     "CJK without spaces": "我喜欢猫和狗",
     "replacement character": "\ufffd\ufffd",
+    "several sentences, too long read whole": "a b c d e. F g h i j? k l a b c! ¿d e f g h?",
 }
 
 

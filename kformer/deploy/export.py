@@ -42,6 +42,8 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from kformer.data.sentences import BOUNDARY as SENTENCE_BOUNDARY
+from kformer.data.sentences import SENTENCE_RULES
 from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.deploy import FORMATS, QUANTIZATIONS
 from kformer.inference.generator import Generator
@@ -471,6 +473,8 @@ def _write_manifest(staging, trained, formats, skipped, quantize, name, version,
         **({"max_new_tokens": settings["max_new_tokens"]} if "max_new_tokens" in settings else {}),
         "reserved_tokens": list(RESERVED_TOKENS),
         "spacing_rules": [list(rule) for rule in SPACING_RULES],
+        "sentence_rules": [list(rule) for rule in SENTENCE_RULES],
+        "sentence_boundary": SENTENCE_BOUNDARY,
         "files": files,
     }
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")

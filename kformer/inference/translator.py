@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from kformer.data.sentences import split_sentences, trailing_spaces
 from kformer.data.text import END_ID, PAD_ID, START_ID, utf8_batch
 from kformer.inference.decoding import length_normalized, search
 from kformer.layers.validation import check_positive_int
@@ -114,9 +115,17 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def __call__(self, texts):
-        """tf.string `(B,)` -> translations tf.string `(B,)`; empty input gives empty output."""
-        encoder_tokens = padded_tokens(self.source_tokenizer.tokenize(texts))
-        return self.target_tokenizer.detokenize(self.translate_ids(encoder_tokens))
+        """tf.string `(B,)` -> translations tf.string `(B,)`; empty input gives empty output.
+
+        A line of several sentences is split (`split_sentences`), its sentences
+        are translated in one batch with every other line's, and their
+        translations are joined by the spaces that separated them in the line.
+        """
+        sentences = split_sentences(texts)  # (B, None)
+        encoder_tokens = padded_tokens(self.source_tokenizer.tokenize(sentences.flat_values))
+        translations = self.target_tokenizer.detokenize(self.translate_ids(encoder_tokens))
+        joined = sentences.with_flat_values(translations + trailing_spaces(sentences.flat_values))
+        return tf.strings.regex_replace(tf.strings.reduce_join(joined, axis=1), "[ \t]+$", "")  # not the last's
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
     def translate_ids(self, encoder_tokens):
