@@ -25,16 +25,36 @@ DEMO_CONFIG = dict(
 )
 
 
-def _load_pairs(data, held_out=HELD_OUT, sample_size=None):
+def _load_pairs(data, held_out=HELD_OUT, sample_size=None, own=None):
     """The splits of a corpus file (its training split a stream when it is large), or of the built-in corpus when
-    data == "builtin"; `sample_size`: `TrainingConfig.vocab_sample`."""
+    data == "builtin"; `sample_size`: `TrainingConfig.vocab_sample`. `own`: {"valid" or "test": a pair file}
+    that replaces that split, which then is not carved out of `data`."""
     from kformer.data.corpus import builtin_splits
+    from kformer.data.pairs import DataError, read_pairs
     from kformer.data.stream import corpus_splits
     from kformer.training.config import TrainingConfig
 
+    own = {name: path for name, path in (own or {}).items() if path}
     if data == "builtin":
-        return builtin_splits()
-    return corpus_splits(data, sample_size or TrainingConfig.vocab_sample, held_out=held_out)
+        splits = builtin_splits()
+    else:
+        fractions = {f"{name}_fraction": 0.0 for name in own}  # nothing carved out for a split the user brings
+        splits = corpus_splits(data, sample_size or TrainingConfig.vocab_sample, held_out=held_out, **fractions)
+    for name, path in own.items():
+        if any(other != name and other_path == path for other, other_path in own.items()) or path == data:
+            raise DataError(f"--{name} {path}: the same file is given twice; give each split its own file.")
+        try:
+            splits[name] = read_pairs(path)
+        except DataError as error:
+            raise DataError(f"--{name} {error}") from None
+    return splits
+
+
+def _leaks(splits):
+    """{"valid" or "test": how many of its pairs have a source the training pairs have too} (a stream's sample)."""
+    train = splits["train"]
+    sources = {source for source, _ in getattr(train, "sample", train)}
+    return {name: sum(source in sources for source, _ in splits[name]) for name in ("valid", "test") if splits[name]}
 
 
 def _config(args, **overrides):
@@ -77,6 +97,11 @@ def _print_scores(name, scores):
         f"{name}: BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}  "
         f"exact match {scores['exact_match']:.1f}%  ({scores['n']:,} sentences, {scores['seconds']:.0f} s)"
     )
+    rows = scores.get("by_length", [])
+    if len(rows) > 1:
+        print("  source words  sentences   BLEU   chrF  length (words, output over reference)")
+        for row in rows:
+            print(f"  {row['words']:>12}  {row['n']:9,}  {row['bleu']:5.1f}  {row['chrf']:5.1f}  {row['length']:6.2f}")
 
 
 def _demo(args):
@@ -126,7 +151,14 @@ def _train(args):
             print(f"No line held out to measure perplexity on (one in fifty is); training loss {summary['loss']:.3f}.")
         print(f'Saved the language model to {args.out}/ (try: kformer generate --model {args.out} "el gato").')
         return
-    splits = _load_pairs(args.data, args.held_out, config.vocab_sample)
+    splits = _load_pairs(args.data, args.held_out, config.vocab_sample, {"valid": args.valid, "test": args.test})
+    for name, count in _leaks(splits).items():
+        if count:
+            print(
+                f"warning: {count:,} of the {len(splits[name]):,} {name} pairs have a source that the training pairs "
+                "have too; their scores will look better than unseen text's.",
+                file=sys.stderr,
+            )
     trained = train_translator(splits, args.out, config, args.verbose, args.overwrite)
     if not is_chief(config):  # a multi-worker cluster's other workers: the chief scores and saves
         print(f"Done: this worker's part of the training; the chief saves the model directory to {args.out}/.")
@@ -143,6 +175,10 @@ def _evaluate(args):
     trained = _load_translator(args.model)
     pairs = _load_pairs(args.data)["test"] if args.data == "builtin" else read_pairs(args.data)
     scores = evaluate(trained, pairs, lowercase=args.lowercase)
+    if args.plot:
+        from kformer.training.evaluation import plot_by_length
+
+        plot_by_length(scores["by_length"], args.plot)
     if args.json:
         print(json.dumps(scores))
     else:
@@ -361,6 +397,12 @@ def _train_parser(commands):
         default=HELD_OUT,
         help="the most validation and test pairs kept from --data (default: %(default)s)",
     )
+    for name, use in (("valid", "keep-best, early stopping and each epoch's scores"), ("test", "the final report")):
+        train.add_argument(
+            f"--{name}",
+            metavar="FILE",
+            help=f"your own {name} pairs (a pair file or 'a.en,a.es') for {use}; then none are carved out of --data",
+        )
     train.add_argument("--out", required=True, help="model directory to write; rerun with the same one to resume")
     train.add_argument("--task", choices=TASKS, default="translate", help="lm: decoder-only on text")
     train.add_argument("--overwrite", action="store_true", help="train a new model over a finished one in --out")
@@ -376,6 +418,7 @@ def _evaluate_parser(commands):
     )
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU and exact match")
+    evaluate.add_argument("--plot", metavar="PNG", help="draw BLEU and chrF by source length into this PNG file")
     evaluate.set_defaults(run=_evaluate)
 
 

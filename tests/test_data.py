@@ -127,17 +127,27 @@ def test_the_default_split_holds_out_2_percent_for_validation_and_2_for_test():
 
 
 def test_teacher_forcing_shifts_the_target_by_one():
-    (source, decoder_tokens), labels = teacher_forcing(tf.constant([7, 8, 9]), tf.constant([4, 5, 6]), max_length=10)
+    (source, decoder_tokens), labels = teacher_forcing(tf.constant([7, 8, 9]), tf.constant([4, 5, 6]))
     np.testing.assert_array_equal(source, [7, 8, 9])
     np.testing.assert_array_equal(decoder_tokens, [START_ID, 4, 5, 6])
     np.testing.assert_array_equal(labels, [4, 5, 6, END_ID])
 
 
-def test_teacher_forcing_truncates_to_max_length():
-    (source, decoder_tokens), labels = teacher_forcing(tf.range(10, 20), tf.range(10, 20), max_length=4)
-    np.testing.assert_array_equal(source, [10, 11, 12, 13])
-    np.testing.assert_array_equal(decoder_tokens, [START_ID, 10, 11, 12])
-    np.testing.assert_array_equal(labels, [10, 11, 12, END_ID])
+def test_pairs_too_long_are_left_out_whole_never_cut_before_an_end():
+    words = "a b c d e f g h".split()
+    tokenizer = Tokenizer(["[PAD]", "[UNK]", "[START]", "[END]", *words])
+    pairs = [("a b", "c d e"), ("a b c d e f", "a b"), ("a b", "a b c d e"), ("a b c d e", "b"), ("a", "a c d e")]
+    pairs += [("c", "d")]
+    # max_length 5: a source of up to 5 tokens, a target of up to 4 (with [END], 5).
+    dataset = make_dataset(pairs, tokenizer, tokenizer, batch_size=8, max_length=5, shuffle=False)
+    targets = sorted(
+        tuple(row[row > 0].tolist()) for (_, decoder_tokens), _ in dataset for row in decoder_tokens.numpy()
+    )
+    # Left out: a source of 6 tokens, a target of 5 (no room for [END]); kept: 5 and 4, exactly at the limit.
+    assert targets == [(START_ID, 4, 6, 7, 8), (START_ID, 5), (START_ID, 6, 7, 8), (START_ID, 7)]
+    assert batches_per_epoch(pairs, tokenizer, tokenizer, 8, 5) == 1
+    with pytest.raises(DataError, match=r"none of the 6 sentence pairs fits max_length=1 tokens a side"):
+        make_dataset(pairs, tokenizer, tokenizer, max_length=1)
 
 
 def test_batches_are_padded_with_zeros_to_their_bucket_edge():
@@ -168,7 +178,8 @@ def test_token_batches_fill_a_token_count_in_every_bucket(batch_tokens):
     ]
     dataset = make_dataset(pairs, tokenizer, tokenizer, batch_size=16, max_length=40, batch_tokens=batch_tokens)
     batches = [(inputs[0].numpy(), labels.numpy()) for inputs, labels in dataset]
-    assert sum(len(source) for source, _ in batches) == len(pairs)
+    whole = [(s, t) for s, t in pairs if len(s.split()) <= 40 and len(t.split()) + 1 <= 40]  # a word a token
+    assert 0 < len(whole) < len(pairs) and sum(len(source) for source, _ in batches) == len(whole)
     sizes = {}  # padded width -> sentences in its batches
     for source, labels in batches:
         width = source.shape[1]

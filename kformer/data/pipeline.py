@@ -1,4 +1,4 @@
-"""The tf.data training pipeline: tokenize, truncate, teacher forcing, shuffle, bucket by length, pad.
+"""The tf.data training pipeline: tokenize, leave out pairs too long, teacher forcing, shuffle, bucket, pad.
 
 Pairs come from a list in memory or from a `TrainingStream` read from disk
 (`kformer.data.stream`); after tokenizing, both take the same path.
@@ -16,20 +16,39 @@ from kformer.data.stream import TrainingStream
 from kformer.data.text import END_ID, PAD_ID, START_ID
 
 
-def teacher_forcing(source_ids, target_ids, max_length):
+def teacher_forcing(source_ids, target_ids):
     """Ids of one pair -> ((encoder_tokens, decoder_tokens), labels).
 
     The decoder reads [START] + target and is trained to predict target +
     [END]: at every position t the label is the token that comes after the
-    tokens it has seen. Sequences are cut to `max_length` tokens.
+    tokens it has seen. Nothing is cut: pairs too long for the model are left
+    out before (`fits`), so [END] is only ever taught after a whole sentence.
     """
-    source_ids = source_ids[:max_length]
-    target_ids = target_ids[: max_length - 1]
     start = tf.constant([START_ID], tf.int32)
     end = tf.constant([END_ID], tf.int32)
     decoder_tokens = tf.concat([start, target_ids], axis=0)
     labels = tf.concat([target_ids, end], axis=0)
     return (source_ids, decoder_tokens), labels
+
+
+def fits(source_length, target_length, max_length):
+    """Whether a pair trains whole within `max_length`: its source tokens, and its target's with [END], fit."""
+    return (source_length <= max_length) & (target_length + 1 <= max_length)
+
+
+def pair_lengths(pairs, source_tokenizer, target_tokenizer):
+    """Each pair's source and target token counts (no [START]/[END]), as two NumPy arrays."""
+    sources, targets = zip(*pairs, strict=True)
+    source_lengths = source_tokenizer.tokenize(tf.constant(sources)).row_lengths().numpy()
+    return source_lengths, target_tokenizer.tokenize(tf.constant(targets)).row_lengths().numpy()
+
+
+def length_limit(source_lengths, target_lengths, coverage=0.99, bucket_width=8, least=40):
+    """The default `max_length` for pairs of these lengths: what `coverage` of them fit whole, rounded up to a
+    bucket edge, and never below `least` (kformer's limit before it came from the data, which Tatoeba's
+    sentences and the built-in corpus's fit)."""
+    longest = np.maximum(source_lengths, target_lengths + 1)
+    return max(least, int(math.ceil(np.quantile(longest, coverage) / bucket_width)) * bucket_width)
 
 
 def bucket_boundaries(max_length, bucket_width=8):
@@ -57,11 +76,10 @@ def batches_per_epoch(pairs, source_tokenizer, target_tokenizer, batch_size=64, 
         settings = dict(batch_size=batch_size, max_length=max_length, batch_tokens=batch_tokens)
         in_sample = batches_per_epoch(pairs.sample, source_tokenizer, target_tokenizer, **settings)
         return max(1, round(in_sample * pairs.estimated_pairs / len(pairs.sample)))
-    sources, targets = zip(*pairs, strict=True)
-    source_lengths = np.minimum(source_tokenizer.tokenize(tf.constant(sources)).row_lengths().numpy(), max_length)
-    target_lengths = np.minimum(target_tokenizer.tokenize(tf.constant(targets)).row_lengths().numpy() + 1, max_length)
+    source_lengths, target_lengths = pair_lengths(pairs, source_tokenizer, target_tokenizer)
+    kept = fits(source_lengths, target_lengths, max_length)
     boundaries = bucket_boundaries(max_length)
-    buckets = np.searchsorted(boundaries, np.maximum(source_lengths, target_lengths), side="right")
+    buckets = np.searchsorted(boundaries, np.maximum(source_lengths, target_lengths + 1)[kept], side="right")
     sizes = bucket_batch_sizes(boundaries, batch_size, batch_tokens)
     counts = np.bincount(buckets, minlength=len(sizes))
     return max(1, sum(math.ceil(count / size) for count, size in zip(counts, sizes, strict=True)))
@@ -107,7 +125,11 @@ def make_dataset(
     batch_tokens=None,
     shuffle_buffer=500_000,
 ):
-    """The tf.data pipeline: tokenize, truncate, teacher forcing, shuffle, bucket, pad (a stream: shuffle first).
+    """The tf.data pipeline: tokenize, leave out pairs too long, teacher forcing, shuffle, bucket, pad.
+
+    A pair whose source has more than `max_length` tokens, or whose target
+    has more than `max_length - 1` (room for [END]), is left out (`fits`),
+    never cut: a cut target would teach the model to stop mid-sentence.
 
     A list of pairs is tokenized at once; a `TrainingStream` as it is read,
     in batches of 1024 pairs tokenized in parallel, each epoch (its
@@ -150,8 +172,14 @@ def make_dataset(
         sources, targets = zip(*pairs, strict=True)
         source_ids = source_tokenizer.tokenize(tf.constant(sources))
         target_ids = target_tokenizer.tokenize(tf.constant(targets))
+        if not np.any(fits(source_ids.row_lengths().numpy(), target_ids.row_lengths().numpy(), max_length)):
+            raise DataError(
+                f"none of the {len(pairs):,} sentence pairs fits max_length={max_length} tokens a side; "
+                "raise max_length (--max-length)."
+            )
         dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-    dataset = dataset.map(lambda s, t: teacher_forcing(s, t, max_length), num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.filter(lambda s, t: fits(tf.shape(s)[0], tf.shape(t)[0], max_length))
+    dataset = dataset.map(teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE)
     if not streamed:
         dataset = _ordered(dataset, min(shuffle_buffer, len(pairs)) if shuffle else None, repeat, seed)
     boundaries = bucket_boundaries(max_length, bucket_width)

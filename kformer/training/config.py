@@ -41,10 +41,10 @@ def _is_number(value):
 
 
 _COUNTS = (  # positive integers; the optional ones may also be None
-    "d_model num_heads num_layers d_ff source_vocab_size target_vocab_size max_length batch_size warmup_steps "
+    "d_model num_heads num_layers d_ff source_vocab_size target_vocab_size batch_size warmup_steps "
     "backup_steps shuffle_buffer vocab_sample"
 ).split()
-_OPTIONAL_COUNTS = ("batch_tokens", "epochs", "steps_per_epoch")
+_OPTIONAL_COUNTS = ("max_length", "batch_tokens", "epochs", "steps_per_epoch")
 
 
 @dataclass
@@ -66,7 +66,11 @@ class TrainingConfig:
     )
     source_vocab_size: int = _setting(8000, flag=False)  # both sides: the CLI's --vocab-size
     target_vocab_size: int = _setting(8000, flag=False)
-    max_length: int = _setting(40, "tokens kept per sentence")
+    max_length: int | None = _setting(
+        None,
+        "the most tokens a sentence may have; longer pairs are left out of training, not cut (default: from the "
+        "data, what 99%% of the pairs fit, and never below 40)",
+    )
     batch_size: int = _setting(64, "sentences a batch")
     batch_tokens: int | None = _setting(None, "batches of this many padded tokens a side instead")
     shuffle_buffer: int = _setting(500_000, "pairs held in the shuffle buffer (a corpus read as a stream: its memory)")

@@ -1,5 +1,6 @@
 """Scoring models: translations by sacreBLEU's BLEU and chrF and exact match, a language model by perplexity."""
 
+import bisect
 import json
 import math
 import time
@@ -29,13 +30,59 @@ def score(hypotheses, references, lowercase=False):
     }
 
 
+LENGTH_EDGES = (1, 6, 10, 15, 25, 40)  # source words: 1-5, 6-9, 10-14, 15-24, 25-39, 40 and more
+
+
+def by_length(sources, hypotheses, references, lowercase=False):
+    """BLEU, chrF and output length of the sentences in each source-length bucket (`LENGTH_EDGES`, in words).
+
+    Returns:
+        A row for each bucket that has sentences: {"words": "6-9", "n", "bleu", "chrf", "length"}, the
+        length the hypotheses' words over the references'. An empty source counts in the first bucket.
+    """
+    groups = {}
+    for source, hypothesis, reference in zip(sources, hypotheses, references, strict=True):
+        bucket = max(bisect.bisect_right(LENGTH_EDGES, len(source.split())) - 1, 0)
+        groups.setdefault(bucket, []).append((hypothesis, reference))
+    rows = []
+    for bucket, pairs in sorted(groups.items()):
+        low, high = LENGTH_EDGES[bucket], (LENGTH_EDGES + (None,))[bucket + 1]
+        hypotheses_, references_ = ([pair[i] for pair in pairs] for i in (0, 1))
+        scores = score(hypotheses_, references_, lowercase)
+        words = sum(len(reference.split()) for reference in references_)
+        length = sum(len(hypothesis.split()) for hypothesis in hypotheses_) / max(words, 1)
+        label = f"{low}-{high - 1}" if high else f"{low}+"
+        rows.append({"words": label, "n": scores["n"], "bleu": scores["bleu"], "chrf": scores["chrf"]})
+        rows[-1]["length"] = round(length, 3)
+    return rows
+
+
+def plot_by_length(rows, path):
+    """BLEU and chrF for each source-length bucket (`by_length`'s rows) as a PNG bar chart, sentences counted."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4))
+    axis = figure.subplots()
+    positions = range(len(rows))
+    for offset, metric in ((-0.2, "bleu"), (0.2, "chrf")):
+        bars = axis.bar([p + offset for p in positions], [row[metric] for row in rows], 0.4, label=metric.upper())
+        axis.bar_label(bars, fmt="%.1f", fontsize=8)
+    axis.set_xticks(list(positions), [f"{row['words']}\n({row['n']:,})" for row in rows])
+    axis.set_xlabel("source words (sentences)")
+    axis.set_ylabel("score")
+    axis.set_title("Translation quality by source length")
+    axis.legend()
+    figure.tight_layout()
+    write_atomically(path, lambda partial: figure.savefig(partial, dpi=100, format="png"))
+
+
 def perplexity(model, tokenizer, lines, max_length, batch_size=64):
     """A decoder-only model's perplexity on `lines`: exp of the mean negative log-likelihood of their tokens.
 
     Every token a line is trained to predict counts, [END] included, padding
     not; there is no label smoothing, so this is not exp of the training loss
     (with smoothing 0.1 that loss stays well above the true cross-entropy).
-    Lines longer than `max_length` tokens are cut as in training.
+    Lines longer than `max_length` tokens are left out, as in training.
     """
     dataset = make_dataset([("", line) for line in lines], tokenizer, tokenizer, batch_size, max_length, shuffle=False)
     total, tokens = 0.0, 0
@@ -52,15 +99,17 @@ def evaluate(trained, pairs, batch_size=64, lowercase=False):
     """Translates each source of `pairs` greedily and scores against its target.
 
     Returns:
-        {"bleu", "chrf", "exact_match" (percent), "n", "seconds"}.
+        {"bleu", "chrf", "exact_match" (percent), "n", "seconds", "by_length" (`by_length`'s rows)}.
     """
     pairs = check_pairs(pairs)
     if not pairs:
         raise DataError("pairs is empty: give at least one (source, reference) pair to evaluate on.")
     started = time.perf_counter()
-    hypotheses = Translator(trained).translate([s for s, _ in pairs], batch_size=batch_size)
-    result = score(hypotheses, [t for _, t in pairs], lowercase=lowercase)
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    hypotheses = Translator(trained).translate(sources, batch_size=batch_size)
+    result = score(hypotheses, references, lowercase=lowercase)
     result["seconds"] = round(time.perf_counter() - started, 1)
+    result["by_length"] = by_length(sources, hypotheses, references, lowercase)
     return result
 
 

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from kformer.data.pairs import DataError, check_pairs
-from kformer.data.pipeline import batches_per_epoch, make_dataset
+from kformer.data.pipeline import batches_per_epoch, fits, length_limit, make_dataset, pair_lengths
 from kformer.data.stream import TrainingStream
 from kformer.data.text import Tokenizer, build_vocabularies, check_sentences
 from kformer.model import build_decoder_only, build_transformer
@@ -338,6 +339,37 @@ def _training_data(pairs, source, target, config, translator):
     return share
 
 
+def _length_limit(config, pairs, source, target, base, verbose):
+    """`config` with its `max_length` settled, and how many training pairs it leaves out (`make_dataset`).
+
+    Unset, the limit is the model's it fine-tunes, or what 99% of the pairs fit (`length_limit`). A
+    stream's pairs are counted in its sample and the count scaled to its estimated size.
+    """
+    sample = pairs.sample if isinstance(pairs, TrainingStream) else pairs
+    lengths = pair_lengths(sample, source, target)
+    chosen = config.max_length is None
+    if chosen:
+        config = dataclasses.replace(config, max_length=base.max_length if base else length_limit(*lengths))
+    too_long = int(np.sum(~fits(*lengths, config.max_length)))
+    if too_long == len(sample):
+        raise DataError(
+            f"none of the {len(sample):,} training pairs fits max_length={config.max_length} tokens a side; "
+            "raise --max-length."
+        )
+    total = pairs.estimated_pairs if isinstance(pairs, TrainingStream) else len(sample)
+    left_out = round(too_long * total / len(sample))
+    if verbose:
+        how = "" if not chosen else " (the model's)" if base else " (from the data: 99% of the pairs fit)"
+        about = "about " if isinstance(pairs, TrainingStream) else ""
+        print(
+            f"Sentences of up to {config.max_length} tokens{how}: {about}{left_out:,} of {about}{total:,} training "
+            f"pairs ({too_long / len(sample):.2%}) are longer and left out"
+            + ("; raise --max-length to keep them." if left_out else "."),
+            flush=True,
+        )
+    return config, left_out
+
+
 def is_chief(config):
     """False only on the workers of a multi-worker cluster that are not its chief: they must not write `out`.
 
@@ -511,6 +543,7 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
             # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
             tie = config.tie_embeddings or config.shared_vocab
             model_config = dataclasses.replace(config, shared_vocab=False, tie_embeddings=tie)
+        config, left_out = _length_limit(config, pairs, source, target, base, verbose)
         batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
         steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, source, target, **batches)
         weights = base.model.get_weights() if base else None
@@ -522,7 +555,8 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
             train = train(tf.distribute.InputContext())  # the one share: all of it
         valid, keeper = None, None
         if valid_pairs and translator:
-            valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches)
+            if np.any(fits(*pair_lengths(valid_pairs, source, target), config.max_length)):  # else no val_loss
+                valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches)
             best = out / "training" / "best.weights.h5"
             keeper = BestTranslations(valid_pairs, source, target, config.max_length, best)
         if verbose:
@@ -543,6 +577,7 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
             raise
     if keeper is not None and keeper.best >= 0:
         summary["val_chrf_kept"] = keeper.best
+    summary["pairs_left_out"] = left_out
     if valid_pairs and not translator:
         summary["val_perplexity"] = round(perplexity(model, target, [t for _, t in valid_pairs], config.max_length), 2)
     config_json = {"kind": kind, "max_length": config.max_length, "training": dataclasses.asdict(config)}

@@ -1,0 +1,132 @@
+"""Real text at training and evaluation: pairs too long left out and counted, the length limit from the data,
+the user's own validation and test files, and scores by source length."""
+
+import json
+
+import numpy as np
+import pytest
+import sacrebleu
+
+from kformer.cli import main
+from kformer.training.evaluation import by_length
+
+TINY = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --no-xla --batch-size 16"
+LETTERS = "abcdefghijklmnopqrstuvwx"
+
+
+def letter_pairs(path, lengths, seed=0):
+    """Pairs of random letters (a letter a word, a word a token), the target the source reversed; written to `path`."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for n in lengths:
+        words = list(rng.choice(list(LETTERS), n))
+        pairs.append((" ".join(words), " ".join(reversed(words))))
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    return pairs
+
+
+def test_scores_by_source_length_are_sacrebleus_on_each_group():
+    sources = ["a b", "a b c d e", "a b c d e f", "a " * 12, "a " * 30, "a " * 45, ""]
+    hypotheses = ["x y", "the cat sat", "a dog ran here", "one two three", "four five", "six", "seven"]
+    references = ["x y", "the cat sat down", "a dog ran", "one two three", "four five six", "six", "eight"]
+    rows = by_length(sources, hypotheses, references)
+    groups = {"1-5": [0, 1, 6], "6-9": [2], "10-14": [3], "25-39": [4], "40+": [5]}  # the empty source counts first
+    assert [row["words"] for row in rows] == list(groups)
+    for row, indices in zip(rows, groups.values(), strict=True):
+        hyps, refs = [hypotheses[i] for i in indices], [references[i] for i in indices]
+        assert row["n"] == len(indices)
+        assert row["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+        assert row["chrf"] == round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2)
+        assert row["length"] == round(sum(len(h.split()) for h in hyps) / sum(len(r.split()) for r in refs), 3)
+
+
+@pytest.mark.slow  # trains a tiny model: 10-20 s
+def test_pairs_over_the_limit_are_left_out_counted_and_the_limit_comes_from_the_data(tmp_path, capsys):
+    # 300 pairs of 20-44 letters: what 99% fit (with [END]) is above 40, so the limit is set from the data.
+    lengths = np.random.default_rng(1).integers(20, 45, size=300)
+    data = tmp_path / "long.tsv"
+    letter_pairs(data, lengths)
+    out = tmp_path / "model"
+    argv = f"train --data {data} --out {out} --epochs 1 --steps-per-epoch 2 --warmup-steps 10 {TINY}"
+    assert main(argv.split()) == 0
+    config = json.loads((out / "config.json").read_text())
+    trained_on = [len(s.split()) for s, _ in (line.split("\t") for line in data.read_text().splitlines())]
+    # The training split is what split_pairs leaves after validation and test; recount it by the same hash.
+    from kformer.data.pairs import read_pairs, split_pairs
+
+    train = split_pairs(read_pairs(data))["train"]
+    longest = np.array([len(s.split()) + 1 for s, _ in train])  # the target, as long, needs [END]
+    limit = max(40, int(np.ceil(np.quantile(longest, 0.99) / 8)) * 8)
+    assert limit > 40 and len(trained_on) == 300
+    assert config["max_length"] == limit == config["training"]["max_length"]
+    assert config["result"]["pairs_left_out"] == int(np.sum(longest > limit))
+    said = capsys.readouterr().out
+    assert f"Sentences of up to {limit} tokens (from the data: 99% of the pairs fit)" in said
+
+    out = tmp_path / "limited"
+    assert main(f"train --data {data} --out {out} --epochs 1 --steps-per-epoch 2 --max-length 24 {TINY}".split()) == 0
+    left_out = int(np.sum(longest > 24))
+    assert json.loads((out / "config.json").read_text())["result"]["pairs_left_out"] == left_out
+    assert f"{left_out:,} of {len(train):,} training pairs" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # trains a tiny model: 10-20 s
+def test_own_valid_and_test_files_replace_the_carved_splits_and_leaks_are_counted(tmp_path, capsys):
+    data, valid, test = tmp_path / "train.tsv", tmp_path / "dev.tsv", tmp_path / "test.tsv"
+    train_pairs = letter_pairs(data, [3, 4, 5] * 40, seed=2)
+    letter_pairs(valid, [4] * 9, seed=3)
+    with open(valid, "a", encoding="utf-8") as file:  # two sources the training data has: a leak to report
+        file.writelines(f"{s}\t{t}\n" for s, t in train_pairs[:2])
+    letter_pairs(test, [3] * 7, seed=4)
+    out = tmp_path / "model"
+    argv = f"train --data {data} --valid {valid} --test {test} --out {out} --epochs 1 --steps-per-epoch 2 {TINY}"
+    assert main(argv.split()) == 0
+    captured = capsys.readouterr()
+    assert f"on {len(set(train_pairs)):,} pairs" in captured.out  # nothing carved out of --data
+    assert "test split: BLEU" in captured.out and "(7 sentences" in captured.out
+    assert "warning: 2 of the 11 valid pairs have a source that the training pairs have too" in captured.err
+    assert "test pairs" not in captured.err
+    assert json.loads((out / "training" / "best.json").read_text())["chrf"] >= 0  # scored on --valid's 11
+
+
+@pytest.mark.parametrize(
+    "flag, content, message",
+    [
+        ("--valid", None, "given.tsv: no such file"),
+        ("--valid", "", "given.tsv: holds no sentence pairs"),
+        ("--test", "just one field\n", "line 1"),
+        ("--valid", "same", "the same file is given twice"),
+    ],
+)
+def test_a_bad_valid_or_test_file_is_one_sentence(tmp_path, capsys, flag, content, message):
+    data = tmp_path / "train.tsv"
+    letter_pairs(data, [3] * 30)
+    given = tmp_path / "given.tsv"
+    if content == "same":
+        given = data
+    elif content is not None:
+        given.write_text(content, encoding="utf-8")
+    argv = f"train --data {data} {flag} {given} --out {tmp_path / 'm'} --epochs 1 --steps-per-epoch 1 {TINY}"
+    assert main(argv.split()) == 2
+    error = capsys.readouterr().err
+    assert message in error and f"error: {flag} " in error and "Traceback" not in error and error.count("\n") == 1
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow  # trains a tiny model: 10-20 s
+def test_evaluate_prints_scores_by_length_and_draws_them(tmp_path, capsys):
+    data = tmp_path / "pairs.tsv"
+    letter_pairs(data, [2, 3, 7, 8, 12] * 8, seed=5)
+    out = tmp_path / "model"
+    assert main(f"train --data {data} --out {out} --epochs 1 --steps-per-epoch 1 {TINY}".split()) == 0
+    capsys.readouterr()
+    picture = tmp_path / "lengths.png"
+    assert main(["evaluate", "--model", str(out), "--data", str(data), "--plot", str(picture)]) == 0
+    printed = capsys.readouterr().out
+    assert "source words  sentences   BLEU   chrF" in printed
+    assert [line.split()[:2] for line in printed.splitlines() if line.strip().startswith(("1-5", "6-9", "10-14"))] == [
+        ["1-5", "16"],
+        ["6-9", "16"],
+        ["10-14", "8"],
+    ]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
