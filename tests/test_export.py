@@ -325,6 +325,7 @@ def test_a_staging_folder_that_cannot_be_made_is_named_by_the_out_the_user_gave(
     assert str(error.value) == f"{out}: cannot write there (No space left on device); choose another --out."
 
 
+@pytest.mark.slow  # moved from the default suite to keep it within 8 minutes
 def test_an_export_killed_halfway_leaves_a_staging_folder_that_the_next_export_clears(trained, tmp_path, monkeypatch):
     import kformer.deploy.export
 
@@ -499,6 +500,7 @@ def test_ctranslate2_translates_the_builtin_test_split_like_keras(clean_run, tmp
     assert np.mean([a == b for a, b in zip(int8, expected, strict=True)]) >= 0.95
 
 
+@pytest.mark.slow  # moved from the default suite to keep it within 8 minutes
 def test_an_xla_saved_model_runs_in_a_fresh_process_and_decodes_like_keras(trained, exported, reference, tmp_path):
     out = tmp_path / "xla"
     assert export(trained, out, formats=("saved_model",), xla=True, verbose=False)["xla"] is True

@@ -258,6 +258,7 @@ def test_train_lm_on_the_builtin_corpus_from_the_command_line(tmp_path, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
+@pytest.mark.slow  # moved from the default suite to keep it within 8 minutes
 def test_export_of_a_language_model_runs_the_same_in_every_runtime(alphabet_lm, tmp_path):
     from kformer.deploy.export import export
 

@@ -103,6 +103,7 @@ def test_training_puts_the_callers_precision_policy_back(tmp_path):
         assert len(kformer.Translator(model).translate(["the black cat sleeps"])) == 1
 
 
+@pytest.mark.slow  # moved from the default suite to keep it within 8 minutes
 def test_a_fresh_program_loads_a_model_directory_with_nothing_imported_first(tmp_path):
     config = TrainingConfig(
         d_model=16, num_heads=2, num_layers=1, d_ff=32, source_vocab_size=300, target_vocab_size=300, epochs=1

@@ -28,6 +28,7 @@ def letter_pairs(count, seed):
     return [(s, s) for s in sentences]
 
 
+@pytest.mark.slow  # moved from the default suite to keep it within 8 minutes
 def test_the_best_translating_weights_are_kept_not_the_last_even_across_a_restart(tmp_path):
     trained = copy_task_model()  # copies letter sequences: chrF 100 on copy pairs
     model = trained.model

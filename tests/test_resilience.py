@@ -170,6 +170,7 @@ def test_a_resumed_runs_record_is_read_back_whole(tmp_path):
     assert whole_history(path) == {"accuracy": [0.7, 0.81, 0.85], "loss": [3.0, 1.9, 1.5]}
 
 
+@pytest.mark.slow  # moved from the default suite to keep it within 8 minutes
 def test_a_diverging_run_stops_with_one_message_and_keeps_the_last_good_weights(tmp_path):
     out = tmp_path / "model"
     # The default (budget) schedule at 1e10 times the paper's rate: its warmup leaves a few good steps before the

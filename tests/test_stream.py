@@ -164,6 +164,7 @@ def test_a_bad_line_deep_in_a_stream_names_its_line(tmp_path, streamed):
         train_translator(splits, tmp_path / "model", config, verbose=0)
 
 
+@pytest.mark.slow  # moved from the default suite to keep it within 8 minutes
 def test_kformer_train_streams_a_large_corpus_and_shows_the_time_left(tmp_path, streamed, capsys):
     data = write(tmp_path / "pairs.tsv.gz", corpus_lines(4000))
     out = tmp_path / "model"
