@@ -14,7 +14,9 @@ The table gives the best round of each, and this checkout's time over the other'
 
 With `--model DIR --data FILE` the decoding contenders use that trained translator on the
 first 64 sentences of FILE's test split (as `compare_checkouts.py` picks them) instead of
-the random model: real sentences stop early, so the buffers' length counts as it does in use.
+the random model: real sentences stop early, so the buffers' length counts as it does in use; and
+the XLA ones also text in, text out (`translator(texts)`: tokenizing, splitting lines into sentences
+where the checkout does, detokenizing).
 
     git worktree add /tmp/before <commit>
     python bench/speed_checkouts.py --other /tmp/before [--rounds 5] [--only "greedy, XLA"]
@@ -75,6 +77,9 @@ def contenders(only="", model_dir=None, sentences=None):
             for batch in (1, BATCH):
                 name = f"{'greedy' if beam_size == 1 else 'beam 4'}, {'XLA' if xla else 'graph loop'}, batch {batch}"
                 runs[name] = lambda t=translator, ids=sources[:batch]: t.translate_ids(ids).numpy()
+                if model_dir is not None and xla:  # text in, text out: tokenizing, splitting and joining too
+                    texts = tf.constant(sentences[:batch])
+                    runs[name.replace("XLA", "XLA, text")] = lambda t=translator, x=texts: t(x).numpy()
     runs = {name: run for name, run in runs.items() if only in name}
     for run in runs.values():
         run()

@@ -197,15 +197,28 @@ def _translate(args):
         )
     if args.n_best > args.beam:
         raise _UsageError(f"--n-best {args.n_best} is more than --beam {args.beam} keeps; give --beam {args.n_best}.")
-    translator = Translator(trained, beam_size=args.beam, length_penalty=args.length_penalty)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    try:
+        translator = Translator(trained, beam_size=args.beam, length_penalty=args.length_penalty, **sampling)
+    except ValueError as error:
+        message = str(error)
+        for name, flag in (("beam_size=1", "--beam 1"), ("temperature=", "--temperature "), ("top_", "--top-")):
+            message = message.replace(name, flag)
+        raise _UsageError(message.replace("--top-k=", "--top-k ").replace("--top-p=", "--top-p ")) from None
     scored = args.scores or args.json or args.n_best > 1
     index = 0
     for batch in [args.sentences] if args.sentences else _stdin_batches(args.batch_size):
-        if not scored:
-            for translation in translator.translate(batch, batch_size=args.batch_size):
-                print(translation, flush=True)
-            continue
-        results = translator.translate(batch, batch_size=args.batch_size, n_best=args.n_best, with_scores=True)
+        prefix = None if args.prefix is None else [args.prefix] * len(batch)
+        try:
+            if not scored:
+                for translation in translator.translate(batch, batch_size=args.batch_size, prefix=prefix):
+                    print(translation, flush=True)
+                continue
+            results = translator.translate(
+                batch, batch_size=args.batch_size, n_best=args.n_best, with_scores=True, prefix=prefix
+            )
+        except ValueError as error:  # a prefix the target vocabulary cannot read, or too long
+            raise _UsageError(f"--prefix {args.prefix!r}: {error}") from None
         for source, hypotheses in zip(batch, results, strict=True):
             hypotheses = hypotheses if args.n_best > 1 else [hypotheses]
             if args.json:
@@ -447,8 +460,21 @@ def _translate_parser(commands):
     translate.add_argument(
         "--json", action="store_true", help="one JSON object a sentence: its index, source and scored hypotheses"
     )
+    translate.add_argument(
+        "--prefix", help="target text every translation must start with; the rest is decoded after it"
+    )
+    _add_sampling_flags(translate, "with --beam 1, for back-translation")
     translate.add_argument("--batch-size", type=_positive_int, default=64, help="sentences decoded together")
     translate.set_defaults(run=_translate)
+
+
+def _add_sampling_flags(parser, where=""):
+    """--temperature, --top-k, --top-p and --seed, as `decoding.sampler` takes them."""
+    where = f" ({where})" if where else ""
+    parser.add_argument("--temperature", type=float, default=0.0, help=f"0: greedy (default); above 0: sample{where}")
+    parser.add_argument("--top-k", dest="top_k", type=int, default=0, help="sample among the k most likely (0: all)")
+    parser.add_argument("--top-p", dest="top_p", type=float, default=1.0, help="sample from this probability mass")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
 
 
 def _score_parser(commands):
@@ -473,10 +499,7 @@ def _generate_parser(commands):
     generate.add_argument(
         "--max-tokens", dest="max_tokens", type=_positive_int, default=50, help="most tokens to write"
     )
-    generate.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sample")
-    generate.add_argument("--top-k", dest="top_k", type=int, default=0, help="sample among the k most likely (0: all)")
-    generate.add_argument("--top-p", dest="top_p", type=float, default=1.0, help="sample from this probability mass")
-    generate.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    _add_sampling_flags(generate)
     generate.add_argument("--batch-size", type=_positive_int, default=64, help="prompts generated together")
     generate.set_defaults(run=_generate)
 

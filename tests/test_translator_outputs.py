@@ -207,3 +207,101 @@ def test_a_negative_length_penalty_is_refused_by_the_parser(hesitant_dir, capsys
         main(["translate", "--model", str(hesitant_dir), "--length-penalty", "-1", "a"])
     assert exit_info.value.code == 2
     assert "argument --length-penalty: expected a number of 0 or more, got '-1'" in capsys.readouterr().err
+
+
+def numpy_greedy_after(trained, source, prefix_ids, max_length):
+    """The prefix, then the argmax of the uncached model's logits at each step, until [END] or `max_length`."""
+    encoder = trained.source_tokenizer.tokenize([source]).to_tensor().numpy()
+    tokens = list(prefix_ids)
+    while len(tokens) < max_length and (not tokens or tokens[-1] != END_ID):
+        logits = to_numpy(trained.model([encoder, np.array([[START_ID, *tokens]], "int32")], training=False))
+        tokens.append(int(logits[0, -1].argmax()))
+    return tokens
+
+
+@pytest.mark.parametrize("xla", [True, False])
+def test_a_forced_prefix_starts_each_translation_and_the_search_goes_on_from_it(hesitant, xla):
+    prefixes = ["l k", "a", "c c c", "b", "e f g", "a b"]
+    translator = Translator(hesitant, xla=xla)
+    texts = translator.translate(SOURCES, prefix=prefixes, with_scores=True)
+    ids = hesitant.target_tokenizer.tokenize(prefixes).to_list()
+    for source, prefix, (text, score), prefix_ids in zip(SOURCES, prefixes, texts, ids, strict=True):
+        expected = numpy_greedy_after(hesitant, source, prefix_ids, translator.max_length)
+        got = [int(i) for i in hesitant.target_tokenizer.tokenize([text])[0].numpy()]
+        shown = [t for t in expected if t not in (PAD_ID, START_ID, END_ID)]  # what detokenizing keeps
+        assert got[: len(prefix_ids)] == prefix_ids and got == shown
+        assert text.startswith(prefix)
+        if PAD_ID in expected:  # [PAD] chosen mid-sentence (never taught): teacher forcing would mask it as a key
+            continue
+        # The prefix's tokens count in the score: NumPy's log-probability of the whole output, prefix and all.
+        encoder = hesitant.source_tokenizer.tokenize([source]).to_tensor().numpy()
+        logits = to_numpy(hesitant.model([encoder, np.array([[START_ID, *expected[:-1]]], "int32")]))[0]
+        log_softmax = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        log_softmax -= logits.max(-1, keepdims=True)
+        log_prob = log_softmax[np.arange(len(expected)), expected].sum()
+        assert score == pytest.approx(gnmt(log_prob, len(expected), translator.length_penalty), rel=1e-4)
+
+
+def test_every_beam_keeps_the_prefix_and_the_best_is_the_searchs_own(hesitant):
+    prefixes = ["l k", "a", "c c c", "b", "e f g", "a b"]
+    translator = Translator(hesitant, beam_size=3)
+    n_best = translator.translate(SOURCES, n_best=3, prefix=prefixes)
+    best = translator.translate(SOURCES, prefix=prefixes)
+    for prefix, hypotheses, first in zip(prefixes, n_best, best, strict=True):
+        assert all(h.startswith(prefix) for h in hypotheses) and len(set(hypotheses)) == 3
+        assert hypotheses[0] == first
+
+
+@pytest.mark.parametrize(
+    "prefix, message",
+    [
+        ("a b", r"prefix must be a list of target texts, one a sentence, not one str"),
+        (["a"], r"prefix needs one text a sentence: got 1 prefixes for 2 sentences"),
+        (["a", "  "], r"prefix 1 \('  '\) has no tokens; give target text, or no prefix"),
+        (["a", "a " * 12], r"prefix 1 has 12 tokens; the translations are at most 12 with \[END\]: give a shorter"),
+    ],
+)
+def test_a_prefix_that_cannot_start_a_translation_is_refused_in_one_sentence(copier, prefix, message):
+    with pytest.raises(ValueError, match=message):
+        Translator(copier).translate(["a b", "c"], prefix=prefix)
+
+
+def test_sampling_draws_by_its_seed_and_at_the_limits_is_greedy(hesitant):
+    greedy = Translator(hesitant).translate(SOURCES)
+    assert Translator(hesitant, temperature=1e-4, seed=3).translate(SOURCES) == greedy
+    assert Translator(hesitant, temperature=1.0, top_k=1, seed=3).translate(SOURCES) == greedy
+    for xla in (True, False):  # each loop draws by its seed (XLA's random numbers are not the plain loop's)
+        sampled = {seed: Translator(hesitant, temperature=1.5, seed=seed, xla=xla) for seed in (1, 2)}
+        draw = {seed: translator.translate(SOURCES * 4) for seed, translator in sampled.items()}
+        assert Translator(hesitant, temperature=1.5, seed=1, xla=xla).translate(SOURCES * 4) == draw[1]
+        assert draw[1] != draw[2] and greedy * 4 not in draw.values()
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(temperature=0.5, beam_size=2), r"sampling \(temperature=0.5\) draws one translation: use beam_size=1"),
+        (dict(temperature=-1), r"temperature must be 0 \(greedy\) or more"),
+        (dict(temperature=1, top_p=0), r"top_p must be in \(0, 1\]"),
+        (dict(temperature=1, top_k=-2), r"top_k must be 0 \(all tokens\) or a positive integer"),
+    ],
+)
+def test_sampling_settings_out_of_range_are_refused(copier, settings, message):
+    with pytest.raises(ValueError, match=message):
+        Translator(copier, **settings)
+
+
+def test_kformer_translate_takes_a_prefix_and_sampling_flags(copier, tmp_path, capsys):
+    model = tmp_path / "copier"
+    copier.save(model)
+    assert main(["translate", "--model", str(model), "--prefix", "l k", "a b c", "d e"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == Translator(copier).translate(["a b c", "d e"], prefix=["l k", "l k"])
+    assert all(line.startswith("l k") for line in lines)
+    argv = ["translate", "--model", str(model), "--temperature", "1.5", "--seed", "4", "a b c"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == Translator(copier, temperature=1.5, seed=4).translate(["a b c"])
+    assert main(["translate", "--model", str(model), "--beam", "2", "--temperature", "1", "a"]) == 2
+    assert "draws one translation: use --beam 1." in capsys.readouterr().err
+    assert main(["translate", "--model", str(model), "--prefix", " ", "a"]) == 2
+    assert "--prefix ' ': prefix 0 (' ') has no tokens" in capsys.readouterr().err

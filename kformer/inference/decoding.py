@@ -115,8 +115,17 @@ def _top_logits(logits, k):
     return values, ids, tf.reduce_max(block_max, axis=1)
 
 
-def greedy_search(step, state, start_done, max_length, buffer_length=None, with_log_probs=True):
-    """Picks the most likely token at every step until each row has produced [END].
+def _forced(prefix_tokens, t):
+    """(whether row r's token t + 1 is its prefix's (R,), that token (R,)); prefix_tokens `(R, P)`, 0-padded."""
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix_tokens, PAD_ID), tf.int32), axis=1)
+    column = tf.minimum(t, tf.shape(prefix_tokens)[1] - 1)
+    return t < lengths, tf.gather(prefix_tokens, tf.reshape(column, [1]), axis=1)[:, 0]
+
+
+def greedy_search(
+    step, state, start_done, max_length, buffer_length=None, with_log_probs=True, choose=None, prefix_tokens=None
+):
+    """Picks the most likely token at every step (or the one `choose` draws) until each row has produced [END].
 
     Args:
         buffer_length: None, or a Python int >= max_length: the width of the
@@ -124,6 +133,9 @@ def greedy_search(step, state, start_done, max_length, buffer_length=None, with_
         with_log_probs: sum each row's log-probabilities; False leaves them 0
             and skips a softmax normaliser a step (6% of a batch-64 step on
             spa-eng's model size, bench/RESULTS.md), when only tokens are wanted.
+        choose: from `sampler`, to draw each token instead (None: the most likely).
+        prefix_tokens: None, or int32 `(B, P)`, 0-padded: each row's output starts
+            with its prefix, read through the same cached step, then goes on.
 
     Returns:
         `(tokens, log_probs)`: int32 `(B, max_length)` (or `(B, buffer_length)`),
@@ -136,7 +148,11 @@ def greedy_search(step, state, start_done, max_length, buffer_length=None, with_
     def body(t, tokens, done, log_probs, state):
         logits, state = step(tokens, t, state)
         logits = tf.cast(logits, tf.float32)  # (B, V)
-        next_token = tf.where(done, PAD_ID, tf.argmax(logits, axis=-1, output_type=tf.int32))  # (B,)
+        chosen_token = tf.argmax(logits, axis=-1, output_type=tf.int32) if choose is None else choose(logits, t)
+        if prefix_tokens is not None:
+            forced, forced_token = _forced(prefix_tokens, t)
+            chosen_token = tf.where(forced, forced_token, chosen_token)
+        next_token = tf.where(done, PAD_ID, chosen_token)  # (B,)
         if with_log_probs:
             chosen = tf.gather(logits, next_token, batch_dims=1) - tf.reduce_logsumexp(logits, axis=-1)  # (B,)
             log_probs += tf.where(done, 0.0, chosen)
@@ -221,13 +237,15 @@ def continue_prompts(decoder, prompt_tokens, max_new_tokens, choose, stop_id=END
     return tf.gather(tokens, positions, batch_dims=1)
 
 
-def beam_search(step, state, start_done, max_length, beam_size, length_penalty, buffer_length=None):
+def beam_search(step, state, start_done, max_length, beam_size, length_penalty, buffer_length=None, prefix_tokens=None):
     """Keeps the `beam_size` most likely prefixes per sentence; returns them all, best first.
 
-    Rows of `state` and `start_done` are already repeated `beam_size` times
-    (sentence-major). A finished beam keeps its score and can only continue
-    with [PAD]. The beams are ranked by `length_normalized(log p, length,
-    length_penalty)`, GNMT's length penalty (0 compares raw log-probabilities).
+    Rows of `state`, `start_done` and `prefix_tokens` (as in `greedy_search`)
+    are already repeated `beam_size` times (sentence-major). A finished beam
+    keeps its score and can only continue with [PAD]; a beam inside its
+    prefix, only with the prefix's next token. The beams are ranked by
+    `length_normalized(log p, length, length_penalty)`, GNMT's length penalty
+    (0 compares raw log-probabilities).
 
     Returns:
         `(tokens, log_probs)`: int32 `(B, beam_size, max_length)` (or `buffer_length`
@@ -253,9 +271,16 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty, 
         # not beam_size * V, and normalise only those.
         top_logits, top_tokens, row_max = _top_logits(logits, beam_size)  # (B * beam, beam) x 2, (B * beam,)
         log_normaliser = row_max + tf.math.log(tf.reduce_sum(tf.exp(logits - tf.expand_dims(row_max, 1)), axis=1))
+        log_probs = top_logits - tf.expand_dims(log_normaliser, 1)
+        if prefix_tokens is not None:  # a beam inside its prefix has one continuation, the prefix's next token
+            forced, forced_token = _forced(prefix_tokens, t)
+            forced_log_prob = tf.gather(logits, forced_token, batch_dims=1) - log_normaliser  # (B * beam,)
+            forced_rows = tf.expand_dims(forced, 1)
+            log_probs = tf.where(forced_rows, tf.expand_dims(forced_log_prob, 1) + first_only, log_probs)
+            top_tokens = tf.where(forced_rows, tf.expand_dims(forced_token, 1), top_tokens)
         # A finished beam has one continuation, [PAD], at no cost.
         finished_rows = tf.expand_dims(finished, 1)  # (B * beam, 1)
-        log_probs = tf.where(finished_rows, first_only, top_logits - tf.expand_dims(log_normaliser, 1))
+        log_probs = tf.where(finished_rows, first_only, log_probs)
         top_tokens = tf.where(finished_rows, PAD_ID, top_tokens)
         candidates = tf.reshape(tf.expand_dims(scores, 1) + log_probs, [batch, beam_size * beam_size])
         top_scores, top = tf.math.top_k(candidates, k=beam_size)  # (B, beam): indices into the candidates
@@ -292,6 +317,8 @@ def search(
     use_cache=True,
     buffer_length=None,
     with_log_probs=True,
+    choose=None,
+    prefix_tokens=None,
 ):
     """Translates token ids: one encoder pass, then greedy or beam search; every hypothesis and its log-probability.
 
@@ -310,6 +337,10 @@ def search(
             None sizes them to `max_length`, which may be a tensor.
         with_log_probs: False: greedy search gives log-probabilities of 0, a
             little faster (`greedy_search`); beam search ranks by them anyway.
+        choose: greedy search only: draw each token with this `sampler` instead.
+        prefix_tokens: None, or int32 `(B, P)`, 0-padded, no [END]: each
+            hypothesis starts with its sentence's prefix (its tokens count in
+            its log-probability and length), then goes on.
 
     Returns:
         `(tokens, log_probs)`: int32 `(B, N, max_length)` (`buffer_length` wide
@@ -323,10 +354,15 @@ def search(
     context = encoder(encoder_tokens, training=False)  # (B, S, D)
     rows, length = tf.shape(encoder_tokens)[0] * beam_size, max_length if buffer_length is None else buffer_length
     step, state = _step_function(decoder, context, source_padding_mask, beam_size, use_cache, rows, length)
+    if prefix_tokens is not None:
+        prefix_tokens = tf.convert_to_tensor(prefix_tokens, tf.int32)
     if beam_size > 1:
         done = tf.repeat(empty, beam_size)
-        return beam_search(step, state, done, max_length, beam_size, length_penalty, buffer_length)
-    tokens, log_probs = greedy_search(step, state, empty, max_length, buffer_length, with_log_probs)
+        prefix_rows = None if prefix_tokens is None else tf.repeat(prefix_tokens, beam_size, axis=0)
+        return beam_search(step, state, done, max_length, beam_size, length_penalty, buffer_length, prefix_rows)
+    tokens, log_probs = greedy_search(
+        step, state, empty, max_length, buffer_length, with_log_probs, choose, prefix_tokens
+    )
     return tokens[:, None], log_probs[:, None]
 
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from kformer.data.sentences import split_sentences, trailing_spaces
 from kformer.data.text import END_ID, PAD_ID, START_ID, utf8_batch
-from kformer.inference.decoding import length_normalized, search
+from kformer.inference.decoding import length_normalized, sampler, search
 from kformer.layers.validation import check_positive_int
 from kformer.model_dir import TrainedModel, load
 
@@ -71,6 +71,11 @@ class Translator(tf.Module):
             Beam search uses it up to 64 sentences a batch.
             False runs the plain graph loop (buffers sized to the batch's output
             limit), which TFLite and ONNX convert.
+        temperature, top_k, top_p, seed: above temperature 0, draw each token
+            instead of taking the most likely (for back-translation), with
+            `kformer.Generator`'s sampler (`decoding.sampler`): the same seed
+            gives the same translations in the same loop (XLA's random numbers
+            are not the plain loop's). Greedy search only (`beam_size=1`).
 
     Example:
     >>> translator = Translator("kformer-demo", beam_size=4)
@@ -81,7 +86,19 @@ class Translator(tf.Module):
     ids_name = "translate_ids"  # the method taking token ids, for the export writers
     text_output = "translations"  # what its texts come out as
 
-    def __init__(self, model, beam_size=1, length_penalty=0.6, use_cache=True, max_length=None, xla=True):
+    def __init__(
+        self,
+        model,
+        beam_size=1,
+        length_penalty=0.6,
+        use_cache=True,
+        max_length=None,
+        xla=True,
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+    ):
         super().__init__(name="translator")
         trained = load(model) if isinstance(model, (str, Path)) else model
         if not isinstance(trained, TrainedModel):
@@ -100,6 +117,14 @@ class Translator(tf.Module):
             raise ValueError(f"length_penalty must be a finite number, got length_penalty={length_penalty!r}.")
         if length_penalty < 0:
             raise ValueError(f"length_penalty must be 0 or more (0: none), got length_penalty={length_penalty!r}.")
+        if not (isinstance(temperature, numbers.Real) and math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature must be 0 (greedy) or more, got temperature={temperature!r}.")
+        if not (isinstance(top_k, numbers.Integral) and top_k >= 0):
+            raise ValueError(f"top_k must be 0 (all tokens) or a positive integer, got top_k={top_k!r}.")
+        if not (isinstance(top_p, numbers.Real) and 0 < top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1] (1: all tokens), got top_p={top_p!r}.")
+        if temperature > 0 and beam_size > 1:
+            raise ValueError(f"sampling (temperature={temperature}) draws one translation: use beam_size=1.")
         self.model = trained.model
         self.source_tokenizer = trained.source_tokenizer
         self.target_tokenizer = trained.target_tokenizer
@@ -108,6 +133,7 @@ class Translator(tf.Module):
         self.use_cache = use_cache
         self.max_length = int(trained.max_length if max_length is None else max_length)
         self.xla = bool(xla and use_cache)
+        self._choose = sampler(temperature, top_k, top_p, seed) if temperature > 0 else None
         if self.xla:  # only then: tf.saved_model.save traces and keeps every tf.function a module holds
             self._decode_compiled = tf.function(self._decode_fixed, input_signature=_FIXED_LOOP, jit_compile=True)
         # The functions of scores and n-best lists, made on first use (`_on_demand`).
@@ -132,13 +158,17 @@ class Translator(tf.Module):
         """int32 `(B, S)`, 0 = padding -> int32 `(B, T)`, each row [END] then [PAD]."""
         return self._search(encoder_tokens, with_log_probs=False)[0][:, 0]
 
-    def search_ids(self, encoder_tokens):
+    def search_ids(self, encoder_tokens, prefix_tokens=None):
         """int32 `(B, S)` -> every hypothesis, best first: tokens int32 `(B, N, T)` and log-probabilities `(B, N)`.
 
-        N is `beam_size` (1 when greedy); the first hypothesis is `translate_ids`'s.
+        N is `beam_size` (1 when greedy); the first hypothesis is `translate_ids`'s. With
+        `prefix_tokens` (int32 `(B, P)`, 0-padded), each hypothesis starts with its row's.
         """
-        search_ids = self._on_demand("search_ids", lambda tokens: self._search(tokens, True), [_IDS])
-        return search_ids(tf.cast(encoder_tokens, tf.int32))
+        if prefix_tokens is None:
+            search_ids = self._on_demand("search_ids", lambda tokens: self._search(tokens, True), [_IDS])
+            return search_ids(tf.cast(encoder_tokens, tf.int32))
+        search_ids = self._on_demand("search_prefix", lambda *ids: self._search(*ids[:1], True, ids[1]), [_IDS] * 2)
+        return search_ids(tf.cast(encoder_tokens, tf.int32), tf.cast(prefix_tokens, tf.int32))
 
     def _on_demand(self, name, python_function, input_signature, jit_compile=None):
         """`tf.function(python_function, ...)`, made on first use and kept where tf.saved_model does not look.
@@ -152,16 +182,26 @@ class Translator(tf.Module):
             setattr(self._made, name, function)
         return getattr(self._made, name)
 
-    def _search(self, encoder_tokens, with_log_probs):
+    def _search(self, encoder_tokens, with_log_probs, prefix_tokens=None):
         encoder_tokens = encoder_tokens[:, : self.max_length]
         width = tf.shape(encoder_tokens)[1]
+        if prefix_tokens is not None:
+            width = tf.maximum(width, tf.shape(prefix_tokens)[1])
         max_length = tf.minimum(width + EXTRA_OUTPUT_TOKENS, self.max_length)
         settings = (self.beam_size, self.length_penalty, self.use_cache)
 
         def graph_loop():
-            return search(self.model, encoder_tokens, max_length, *settings, with_log_probs=with_log_probs)
+            return search(
+                self.model,
+                encoder_tokens,
+                max_length,
+                *settings,
+                with_log_probs=with_log_probs,
+                choose=self._choose,
+                prefix_tokens=prefix_tokens,
+            )
 
-        if not self.xla:
+        if not self.xla or prefix_tokens is not None:  # a prefix: the graph loop alone
             return graph_loop()
         # Padding is masked, so a wider source gives the same output; buckets of 8 bound the compilations.
         # A lone sentence goes with an empty one when greedy: XLA's CPU backend compiles one-row products
@@ -188,7 +228,7 @@ class Translator(tf.Module):
 
     def _decode_fixed(self, encoder_tokens, max_length, with_log_probs=False):
         """The search over buffers of `self.max_length` positions, `self.max_length` wide (what XLA compiles)."""
-        settings = (self.beam_size, self.length_penalty, True, self.max_length, with_log_probs)
+        settings = (self.beam_size, self.length_penalty, True, self.max_length, with_log_probs, self._choose)
         return search(self.model, encoder_tokens, max_length, *settings)
 
     def score_ids(self, encoder_tokens, target_tokens):
@@ -207,10 +247,12 @@ class Translator(tf.Module):
         token_log_probs = tf.where(tf.not_equal(labels, PAD_ID), chosen, 0.0)
         return tf.pad(token_log_probs, [[0, 0], [0, tf.shape(target_tokens)[1] + 1 - tf.shape(labels)[1]]])
 
-    def translate(self, sentences, batch_size=64, n_best=1, with_scores=False):
+    def translate(self, sentences, batch_size=64, n_best=1, with_scores=False, prefix=None):
         """Python strings in, Python strings out (one for each), batched by similar length.
 
-        Characters UTF-8 cannot encode (lone surrogates) are read as "?".
+        Characters UTF-8 cannot encode (lone surrogates) are read as "?". A line of
+        several sentences is translated sentence by sentence (see `__call__`),
+        except with `n_best`, `with_scores` or `prefix`, which read it as one.
 
         Args:
             n_best: the most likely `n_best` translations of each sentence (at most
@@ -219,6 +261,8 @@ class Translator(tf.Module):
                 beam search ranks by: log p(translation | sentence) / ((5 + n) / 6)^alpha,
                 n its tokens with [END] and alpha the `length_penalty` (0: the
                 log-probability itself; `score` gives it token by token).
+            prefix: a target text for each sentence that its translation must
+                start with (autocompletion, a tag); the rest is decoded after it.
 
         Returns:
             A string for each sentence; with `n_best` > 1 a list of them; with
@@ -229,15 +273,17 @@ class Translator(tf.Module):
         if n_best > self.beam_size:
             raise ValueError(f"n_best must be at most beam_size ({self.beam_size}), got n_best={n_best}.")
         sentences = utf8_batch(sentences)
+        prefix_ids = None if prefix is None else self._prefix_ids(prefix, len(sentences))
         translations = [None] * len(sentences)
         for batch in self._batches(sentences, batch_size):
             texts = tf.constant([sentences[i] for i in batch], tf.string)
-            if n_best == 1 and not with_scores:  # the text-to-text graph, what a SavedModel serves
+            if n_best == 1 and not with_scores and prefix is None:  # the text-to-text graph a SavedModel serves
                 for index, output in zip(batch, self(texts).numpy(), strict=True):
                     translations[index] = output.decode("utf-8")
                 continue
             source = padded_tokens(self.source_tokenizer.tokenize(texts))
-            tokens, log_probs = (x.numpy() for x in self.search_ids(source))
+            prefix_tokens = None if prefix is None else tf.ragged.constant([prefix_ids[i] for i in batch]).to_tensor()
+            tokens, log_probs = (x.numpy() for x in self.search_ids(source, prefix_tokens))
             lengths = (tokens != PAD_ID).sum(axis=2)  # (B, N): [END] included
             scores = length_normalized(log_probs, lengths, self.length_penalty).numpy()
             best = tf.constant(tokens[:, :n_best].reshape(len(batch) * n_best, -1))
@@ -252,6 +298,24 @@ class Translator(tf.Module):
                 found = found if with_scores else [text for text, _ in found]
                 translations[index] = found if n_best > 1 else found[0]
         return translations
+
+    def _prefix_ids(self, prefix, count):
+        """Each prefix's token ids, or ValueError naming the first that cannot be one."""
+        if isinstance(prefix, (str, bytes)):
+            raise ValueError(f"prefix must be a list of target texts, one a sentence, not one {type(prefix).__name__}.")
+        prefix = [text.decode("utf-8") for text in utf8_batch(prefix)]
+        if len(prefix) != count:
+            raise ValueError(f"prefix needs one text a sentence: got {len(prefix)} prefixes for {count} sentences.")
+        ids = self.target_tokenizer.tokenize(tf.constant(prefix, tf.string)).to_list()
+        for index, (text, tokens) in enumerate(zip(prefix, ids, strict=True)):
+            if not tokens:
+                raise ValueError(f"prefix {index} ({text!r}) has no tokens; give target text, or no prefix.")
+            if len(tokens) >= self.max_length:
+                raise ValueError(
+                    f"prefix {index} has {len(tokens)} tokens; the translations are at most {self.max_length} "
+                    "with [END]: give a shorter one."
+                )
+        return ids
 
     def score(self, sources, targets, batch_size=64):
         """How likely each target is as the translation of its source, in one teacher-forced pass a batch.
