@@ -270,6 +270,8 @@ def test_sampling_draws_by_its_seed_and_at_the_limits_is_greedy(hesitant):
     greedy = Translator(hesitant).translate(SOURCES)
     assert Translator(hesitant, temperature=1e-4, seed=3).translate(SOURCES) == greedy
     assert Translator(hesitant, temperature=1.0, top_k=1, seed=3).translate(SOURCES) == greedy
+    unlimited = Translator(hesitant, temperature=1.0, seed=3).translate(SOURCES)
+    assert Translator(hesitant, temperature=1.0, top_k=10_000, seed=3).translate(SOURCES) == unlimited  # above V
     for xla in (True, False):  # each loop draws by its seed (XLA's random numbers are not the plain loop's)
         sampled = {seed: Translator(hesitant, temperature=1.5, seed=seed, xla=xla) for seed in (1, 2)}
         draw = {seed: translator.translate(SOURCES * 4) for seed, translator in sampled.items()}
@@ -281,9 +283,9 @@ def test_sampling_draws_by_its_seed_and_at_the_limits_is_greedy(hesitant):
     "settings, message",
     [
         (dict(temperature=0.5, beam_size=2), r"sampling \(temperature=0.5\) draws one translation: use beam_size=1"),
-        (dict(temperature=-1), r"temperature must be 0 \(greedy\) or more"),
-        (dict(temperature=1, top_p=0), r"top_p must be in \(0, 1\]"),
-        (dict(temperature=1, top_k=-2), r"top_k must be 0 \(all tokens\) or a positive integer"),
+        (dict(temperature=-1), r"temperature must be 0 \(greedy\) or a finite number above it, got temperature=-1"),
+        (dict(temperature=1, top_p=0), r"top_p must be in \(0, 1\], got top_p=0"),
+        (dict(temperature=1, top_k=-2), r"top_k must be a non-negative integer \(0: no limit\), got top_k=-2"),
     ],
 )
 def test_sampling_settings_out_of_range_are_refused(copier, settings, message):

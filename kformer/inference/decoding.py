@@ -24,6 +24,7 @@ cached or not.
 """
 
 import math
+import numbers
 
 import tensorflow as tf
 
@@ -174,15 +175,26 @@ def sampler(temperature=0.0, top_k=0, top_p=1.0, seed=0):
     are divided by the temperature, cut to the `top_k` most likely tokens (0:
     all) and to the smallest set whose probability reaches `top_p` (1.0: all),
     and a token is drawn. Draws are stateless, seeded by (seed, t): the same
-    seed gives the same sample.
+    seed gives the same sample. A `top_k` above the vocabulary keeps it all.
+
+    Raises:
+        ValueError: a setting out of range, named with the value given.
     """
+    if not (isinstance(temperature, numbers.Real) and 0 <= temperature < math.inf):  # NaN fails too
+        raise ValueError(
+            f"temperature must be 0 (greedy) or a finite number above it, got temperature={temperature!r}."
+        )
+    if not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 0:
+        raise ValueError(f"top_k must be a non-negative integer (0: no limit), got top_k={top_k!r}.")
+    if not (isinstance(top_p, numbers.Real) and 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be in (0, 1], got top_p={top_p!r}.")
     if temperature <= 0:
         return lambda logits, t: tf.argmax(logits, axis=-1, output_type=tf.int32)
 
     def choose(logits, t):
         logits = tf.cast(logits, tf.float32) / temperature  # (B, V)
         if top_k:
-            kth = tf.math.top_k(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest logit
+            kth = tf.math.top_k(logits, min(top_k, logits.shape[-1])).values[:, -1:]  # (B, 1): the k-th largest
             logits = tf.where(logits < kth, _NEG_INF, logits)
         if top_p < 1.0:
             ordered = tf.sort(logits, axis=-1, direction="DESCENDING")  # (B, V)

@@ -6,8 +6,6 @@ through the same step, a position at a time, and the continuation is chosen gree
 or sampled (temperature, top-k, top-p) with a seed.
 """
 
-import math
-import numbers
 from pathlib import Path
 
 import tensorflow as tf
@@ -62,14 +60,6 @@ class Generator(tf.Module):
             raise ValueError(f"Generator needs a language model (kformer train --task lm), got a {kind}.")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got max_new_tokens={max_new_tokens!r}.")
-        if not (isinstance(temperature, numbers.Real) and 0 <= temperature < math.inf):  # NaN fails too
-            raise ValueError(
-                f"temperature must be 0 (greedy) or a finite number above it, got temperature={temperature!r}."
-            )
-        if not isinstance(top_k, int) or top_k < 0:
-            raise ValueError(f"top_k must be a non-negative integer (0: no limit), got top_k={top_k!r}.")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got top_p={top_p!r}.")
         vocabulary = trained.target_tokenizer.vocabulary
         if stop_token not in vocabulary:
             raise ValueError(f"stop_token {stop_token!r} is not in the model's vocabulary.")
@@ -79,7 +69,7 @@ class Generator(tf.Module):
         self.max_new_tokens = max_new_tokens
         self.use_cache = use_cache
         self.stop_id = vocabulary.index(stop_token)
-        self._choose = sampler(float(temperature), min(top_k, len(vocabulary)), float(top_p), int(seed))
+        self._choose = sampler(temperature, top_k, top_p, int(seed))  # checks the settings
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="prompts")])
     def __call__(self, prompts):

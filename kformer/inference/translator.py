@@ -117,12 +117,7 @@ class Translator(tf.Module):
             raise ValueError(f"length_penalty must be a finite number, got length_penalty={length_penalty!r}.")
         if length_penalty < 0:
             raise ValueError(f"length_penalty must be 0 or more (0: none), got length_penalty={length_penalty!r}.")
-        if not (isinstance(temperature, numbers.Real) and math.isfinite(temperature) and temperature >= 0):
-            raise ValueError(f"temperature must be 0 (greedy) or more, got temperature={temperature!r}.")
-        if not (isinstance(top_k, numbers.Integral) and top_k >= 0):
-            raise ValueError(f"top_k must be 0 (all tokens) or a positive integer, got top_k={top_k!r}.")
-        if not (isinstance(top_p, numbers.Real) and 0 < top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1] (1: all tokens), got top_p={top_p!r}.")
+        choose = sampler(temperature, top_k, top_p, seed)  # checks the settings
         if temperature > 0 and beam_size > 1:
             raise ValueError(f"sampling (temperature={temperature}) draws one translation: use beam_size=1.")
         self.model = trained.model
@@ -133,7 +128,7 @@ class Translator(tf.Module):
         self.use_cache = use_cache
         self.max_length = int(trained.max_length if max_length is None else max_length)
         self.xla = bool(xla and use_cache)
-        self._choose = sampler(temperature, top_k, top_p, seed) if temperature > 0 else None
+        self._choose = choose if temperature > 0 else None  # greedy keeps its own argmax
         if self.xla:  # only then: tf.saved_model.save traces and keeps every tf.function a module holds
             self._decode_compiled = tf.function(self._decode_fixed, input_signature=_FIXED_LOOP, jit_compile=True)
         # The functions of scores and n-best lists, made on first use (`_on_demand`).
