@@ -137,9 +137,10 @@ def _train(args):
             splits = _load_pairs("builtin")
             lines, valid_lines = [t for _, t in splits["train"]], [t for _, t in splits["valid"]]
         else:  # one line in fifty held out, chosen by its text's hash as split_pairs chooses
-            every = read_lines(args.data)
-            valid_lines = [line for line in every if split_of(line, test_fraction=0.0) == "valid"]
-            lines = [line for line in every if split_of(line, test_fraction=0.0) == "train"]
+            held = {"train": [], "valid": []}
+            for line in read_lines(args.data):
+                held[split_of(line, test_fraction=0.0)].append(line)
+            lines, valid_lines = held["train"], held["valid"]
         trained = train_language_model(lines, args.out, config, args.verbose, args.overwrite, valid_lines)
         if not is_chief(config):
             print(f"Done: this worker's part of the training; the chief saves the language model to {args.out}/.")

@@ -130,3 +130,24 @@ def test_evaluate_prints_scores_by_length_and_draws_them(tmp_path, capsys):
         ["10-14", "8"],
     ]
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow  # trains a tiny model: about 10 s
+def test_the_jobs_steps_an_epoch_are_the_batches_its_training_pairs_make(tmp_path, capsys):
+    """Pairs of 2-30 letters fill several length buckets, some over the limit: the step count the run reports
+    (from the lengths it counted the left-out pairs by) is the number of batches make_dataset gives."""
+    import re
+
+    from kformer.data.pairs import read_pairs, split_pairs
+    from kformer.data.pipeline import make_dataset
+    from kformer.model_dir import load
+
+    data = tmp_path / "mixed.tsv"
+    letter_pairs(data, np.random.default_rng(6).integers(2, 31, size=300), seed=6)
+    out = tmp_path / "model"
+    assert main(f"train --data {data} --out {out} --epochs 1 --max-length 24 {TINY}".split()) == 0
+    steps = int(re.search(r"\((\d+) steps an epoch", capsys.readouterr().out).group(1))
+    trained = load(out)
+    train = split_pairs(read_pairs(data))["train"]
+    dataset = make_dataset(train, trained.source_tokenizer, trained.target_tokenizer, 16, 24, shuffle=False)
+    assert steps == sum(1 for _ in dataset) > 10

@@ -67,16 +67,19 @@ def bucket_batch_sizes(boundaries, batch_size=64, batch_tokens=None):
     return [max(1, batch_tokens // width) for width in widths + widths[-1:]]
 
 
-def batches_per_epoch(pairs, source_tokenizer, target_tokenizer, batch_size=64, max_length=40, batch_tokens=None):
+def batches_per_epoch(
+    pairs, source_tokenizer, target_tokenizer, batch_size=64, max_length=40, batch_tokens=None, lengths=None
+):
     """How many batches `make_dataset` makes of `pairs` in one pass (its bucketing, counted in NumPy).
 
-    For a `TrainingStream`: the count of its sample, scaled to its estimated size.
+    For a `TrainingStream`: the count of its sample, scaled to its estimated size. `lengths`: the
+    `pair_lengths` of the pairs (of a stream's sample) when they are already counted.
     """
     if isinstance(pairs, TrainingStream):
-        settings = dict(batch_size=batch_size, max_length=max_length, batch_tokens=batch_tokens)
+        settings = dict(batch_size=batch_size, max_length=max_length, batch_tokens=batch_tokens, lengths=lengths)
         in_sample = batches_per_epoch(pairs.sample, source_tokenizer, target_tokenizer, **settings)
         return max(1, round(in_sample * pairs.estimated_pairs / len(pairs.sample)))
-    source_lengths, target_lengths = pair_lengths(pairs, source_tokenizer, target_tokenizer)
+    source_lengths, target_lengths = lengths or pair_lengths(pairs, source_tokenizer, target_tokenizer)
     kept = fits(source_lengths, target_lengths, max_length)
     boundaries = bucket_boundaries(max_length)
     buckets = np.searchsorted(boundaries, np.maximum(source_lengths, target_lengths + 1)[kept], side="right")

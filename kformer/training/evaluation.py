@@ -52,8 +52,7 @@ def by_length(sources, hypotheses, references, lowercase=False):
         words = sum(len(reference.split()) for reference in references_)
         length = sum(len(hypothesis.split()) for hypothesis in hypotheses_) / max(words, 1)
         label = f"{low}-{high - 1}" if high else f"{low}+"
-        rows.append({"words": label, "n": scores["n"], "bleu": scores["bleu"], "chrf": scores["chrf"]})
-        rows[-1]["length"] = round(length, 3)
+        rows.append(dict(words=label, n=scores["n"], bleu=scores["bleu"], chrf=scores["chrf"], length=round(length, 3)))
     return rows
 
 

@@ -340,7 +340,8 @@ def _training_data(pairs, source, target, config, translator):
 
 
 def _length_limit(config, pairs, source, target, base, verbose):
-    """`config` with its `max_length` settled, and how many training pairs it leaves out (`make_dataset`).
+    """`config` with its `max_length` settled, how many training pairs it leaves out (`make_dataset`), and the
+    `pair_lengths` it counted them by.
 
     Unset, the limit is the model's it fine-tunes, or what 99% of the pairs fit (`length_limit`). A
     stream's pairs are counted in its sample and the count scaled to its estimated size.
@@ -367,7 +368,7 @@ def _length_limit(config, pairs, source, target, base, verbose):
             + ("; raise --max-length to keep them." if left_out else "."),
             flush=True,
         )
-    return config, left_out
+    return config, left_out, lengths
 
 
 def is_chief(config):
@@ -543,9 +544,9 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
             # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
             tie = config.tie_embeddings or config.shared_vocab
             model_config = dataclasses.replace(config, shared_vocab=False, tie_embeddings=tie)
-        config, left_out = _length_limit(config, pairs, source, target, base, verbose)
+        config, left_out, lengths = _length_limit(config, pairs, source, target, base, verbose)
         batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
-        steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, source, target, **batches)
+        steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, source, target, **batches, lengths=lengths)
         weights = base.model.get_weights() if base else None
         model, schedule = _build(strategy, model_config, builder, sizes, steps_per_epoch, weights)
         # model.keras, the best weights, and the backup with Adam's two moments (twice while replacing it).
