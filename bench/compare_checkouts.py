@@ -58,16 +58,18 @@ def runtimes(trained, out, beam_size):
     }
 
 
-def ctranslate2_outputs(out, batches, max_length, beam_size, pieces):
-    """CTranslate2's outputs (lists of pieces) with kformer's output limit for each batch."""
+def ctranslate2_outputs(out, batches, manifest, beam_size, pieces):
+    """CTranslate2's outputs (lists of pieces) with kformer's output limit for each batch (the
+    export's own rule, read from its manifest by this checkout's export/wordpiece.py)."""
     import ctranslate2
 
-    from kformer.inference.translator import EXTRA_OUTPUT_TOKENS
+    sys.path.insert(0, str(HERE.parent.parent / "export"))
+    from wordpiece import output_limit
 
     translator = ctranslate2.Translator(str(out / "ctranslate2"), device="cpu")
     outputs = []
     for ids in batches:
-        limit = min(ids.shape[1] + EXTRA_OUTPUT_TOKENS, max_length)
+        limit = output_limit(manifest, ids.shape[1])
         sources = [[pieces["source"][i] for i in row if i] for row in ids]
         results = translator.translate_batch(sources, beam_size=beam_size, max_decoding_length=limit)
         outputs += [result.hypotheses[0] for result in results]
@@ -108,7 +110,7 @@ def translate_everywhere(model, data, sentences):
                 print(f"  {name}, beam {beam_size}: done", file=sys.stderr, flush=True)
             ctranslate2_out = Path(scratch) / "beam1"  # CTranslate2 decodes by itself: one export, both beams
             results[f"CTranslate2, beam {beam_size}"] = ctranslate2_outputs(
-                ctranslate2_out, batches, manifest["max_length"], beam_size, pieces
+                ctranslate2_out, batches, manifest, beam_size, pieces
             )
     return results
 

@@ -26,13 +26,12 @@ import tensorflow as tf
 
 import kformer
 from kformer.deploy.export import export
-from kformer.inference.translator import EXTRA_OUTPUT_TOKENS
 from kformer.training.evaluation import score
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
 import onnxruntime  # noqa: E402
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402
-from wordpiece import WordPiece, pad_batch  # noqa: E402
+from wordpiece import WordPiece, output_limit, pad_batch  # noqa: E402
 
 
 def test_split(data):
@@ -61,7 +60,7 @@ def runners(trained, out, xla_out):
     return result
 
 
-def ctranslate2_in_its_own_process(model_dir, threads, batches, source, target, max_length, rounds):
+def ctranslate2_in_its_own_process(model_dir, threads, batches, source, target, manifest, rounds):
     """(ms a sentence at batch 1, sentences/s at batch 32, translations), timed by bench/ctranslate2_timing.py.
 
     Same sentences, padding widths and output limits as the other runtimes get.
@@ -71,7 +70,7 @@ def ctranslate2_in_its_own_process(model_dir, threads, batches, source, target, 
         return [[source.vocabulary[t] for t in row if t] for row in batch]
 
     def limit(batch):  # kformer's output limit for the batch's padded source width
-        return min(batch.shape[1] + EXTRA_OUTPUT_TOKENS, max_length)
+        return output_limit(manifest, batch.shape[1])
 
     request = {
         "singles": pieces(batches[0]),
@@ -118,7 +117,7 @@ def main():
     target = WordPiece(out / "target_vocab.txt")
     max_length = manifest["max_length"]
     batches = [
-        np.array(pad_batch([source.tokenize(s) for s, _ in test[i : i + 32]], max_length), np.int32)
+        np.array(pad_batch([source.tokenize(s)[:max_length] for s, _ in test[i : i + 32]]), np.int32)
         for i in range(0, len(test), 32)
     ]
     contenders = runners(trained, out, scratch / "deploy-xla")
@@ -147,7 +146,7 @@ def main():
         for threads in (1, 2):
             name = f"CTranslate2 {variant[1:] or 'float32'}, {threads} thr"
             latency, throughput, translations[name] = ctranslate2_in_its_own_process(
-                out / f"ctranslate2{variant}", threads, batches, source, target, max_length, args.rounds
+                out / f"ctranslate2{variant}", threads, batches, source, target, manifest, args.rounds
             )
             print(f"{name:<28}{latency:>22.1f}{throughput:>23.1f}", flush=True)
     references = [t for _, t in test]

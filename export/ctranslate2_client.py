@@ -4,10 +4,10 @@
     python export/ctranslate2_client.py EXPORT_DIR --model ctranslate2_int8 --beam 4 "..."
 
 CTranslate2 reads and writes tokens as strings: this client cuts text into the
-export's WordPiece pieces (wordpiece.py), cuts sources to the model's
-max_length pieces and allows the same number of output tokens as kformer's
-decoder (source length + 50, at most max_length), so greedy decoding gives
-kformer's tokens. Beam search scores length differently (CTranslate2 divides by
+export's WordPiece pieces (wordpiece.py), translates a sentence over the model's
+max_length tokens in pieces and allows the same number of output tokens as
+kformer's decoder (wordpiece.output_limit), as kformer's graph does, so greedy
+decoding gives kformer's tokens. Beam search scores length differently (CTranslate2 divides by
 length ** length_penalty; kformer uses GNMT's ((5 + length) / 6) ** 0.6), so
 beam outputs can differ.
 """
@@ -19,9 +19,7 @@ from pathlib import Path
 import ctranslate2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import ExportFolderError, WordPiece, by_sentence, read_manifest  # noqa: E402
-
-EXTRA_OUTPUT_TOKENS = 50  # as kformer.inference.translator
+from wordpiece import ExportFolderError, WordPiece, by_piece, by_sentence, output_limit, read_manifest  # noqa: E402
 
 
 class Client:
@@ -30,24 +28,23 @@ class Client:
     def __init__(self, export_dir, model="ctranslate2", threads=0):
         export_dir = Path(export_dir)
         self.manifest = read_manifest(export_dir, f"{model}/model.bin")
-        self.max_length = self.manifest["max_length"]
         self.source = WordPiece(export_dir / "source_vocab.txt")
         self.target = WordPiece(export_dir / "target_vocab.txt")
         self.translator = ctranslate2.Translator(str(export_dir / model), device="cpu", intra_threads=threads)
 
     def translate(self, sentences, beam_size=1):
         """Lines in, translations out; a line of several sentences is split as kformer's graph splits it."""
-        return by_sentence(lambda flat: self._translate(flat, beam_size), sentences, self.manifest)
+        pieces = lambda flat: by_piece(lambda ids: self._translate(ids, beam_size), flat, self.source, self.manifest)  # noqa: E731
+        return by_sentence(pieces, sentences, self.manifest)
 
-    def _translate(self, sentences, beam_size):
-        if not sentences:
+    def _translate(self, pieces, beam_size):
+        if not pieces:
             return []
-        batch = [[self.source.vocabulary[i] for i in self.source.tokenize(s)[: self.max_length]] for s in sentences]
-        longest = max(len(pieces) for pieces in batch)
+        batch = [[self.source.vocabulary[i] for i in ids] for ids in pieces]
         results = self.translator.translate_batch(
             batch,
             beam_size=beam_size,
-            max_decoding_length=min(max(longest, 1) + EXTRA_OUTPUT_TOKENS, self.max_length),
+            max_decoding_length=output_limit(self.manifest, max(len(ids) for ids in pieces)),
         )
         return [self.target.detokenize([self.target.ids[t] for t in r.hypotheses[0]]) for r in results]
 

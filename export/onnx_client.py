@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import ExportFolderError, WordPiece, by_sentence, pad_batch, read_manifest  # noqa: E402
+from wordpiece import ExportFolderError, WordPiece, by_piece, by_sentence, pad_batch, read_manifest  # noqa: E402
 
 
 def translate(export_dir, sentences):
@@ -26,12 +26,11 @@ def translate(export_dir, sentences):
     target = WordPiece(export_dir / "target_vocab.txt")
     session = onnxruntime.InferenceSession(str(export_dir / "onnx" / "translate_ids.onnx"))
 
-    def translate_sentences(sentences):
-        tokens = np.array(pad_batch([source.tokenize(s) for s in sentences], manifest["max_length"]), dtype=np.int32)
-        (output,) = session.run(None, {session.get_inputs()[0].name: tokens})
+    def translate_pieces(pieces):
+        (output,) = session.run(None, {session.get_inputs()[0].name: np.array(pad_batch(pieces), dtype=np.int32)})
         return [target.detokenize(row) for row in output]
 
-    return by_sentence(translate_sentences, sentences, manifest)
+    return by_sentence(lambda flat: by_piece(translate_pieces, flat, source, manifest), sentences, manifest)
 
 
 def main():

@@ -19,7 +19,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wordpiece import ExportFolderError, WordPiece, by_sentence, pad_batch, read_manifest  # noqa: E402
+from wordpiece import ExportFolderError, WordPiece, by_piece, by_sentence, pad_batch, read_manifest  # noqa: E402
 
 
 def run_signature(interpreter, **inputs):
@@ -36,11 +36,11 @@ def translate_ids(export_dir, sentences, model="translate_ids.tflite"):
     target = WordPiece(export_dir / "target_vocab.txt")
     interpreter = Interpreter(model_path=str(export_dir / "tflite" / model))
 
-    def translate_sentences(sentences):
-        tokens = np.array(pad_batch([source.tokenize(s) for s in sentences], manifest["max_length"]), dtype=np.int32)
+    def translate_pieces(pieces):
+        tokens = np.array(pad_batch(pieces), dtype=np.int32)
         return [target.detokenize(row) for row in run_signature(interpreter, encoder_tokens=tokens)]
 
-    return by_sentence(translate_sentences, sentences, manifest)
+    return by_sentence(lambda flat: by_piece(translate_pieces, flat, source, manifest), sentences, manifest)
 
 
 def translate_strings(export_dir, sentences):

@@ -9,9 +9,12 @@ spacing rules exactly as kformer defines them (kformer/text.py).
 """
 
 import json
+import math
 import re
 import unicodedata
 from pathlib import Path
+
+import numpy as np
 
 MAX_WORD_CHARACTERS = 100
 # The rules are written for RE2 (TensorFlow's regex); Python's re has no \pL or \pN.
@@ -161,8 +164,42 @@ def by_sentence(translate_sentences, lines, manifest):
     return ["".join(line).rstrip(" \t") for line in joined]  # the spaces between sentences, not after the last
 
 
-def pad_batch(rows, max_length, pad=0):
-    """Token id lists -> a rectangular list of lists, cut to max_length and padded with `pad` ([PAD]'s id)."""
-    rows = [row[:max_length] for row in rows]
+def by_piece(translate_pieces, sentences, source, manifest):
+    """Translates `sentences` as kformer's graph does: a sentence over the manifest's max_length tokens in
+    pieces (`pieces`), every piece in one call of `translate_pieces` (token id lists in, their translations
+    out), and each sentence's pieces joined by spaces.
+
+    An export from before pieces (no "max_output_ratio") cuts each sentence to max_length tokens, as it did.
+    """
+    most = manifest["max_length"]
+    if "max_output_ratio" not in manifest:
+        return translate_pieces([source.tokenize(sentence)[:most] for sentence in sentences])
+    pieces_of = [pieces(source.tokenize(sentence), most, source.vocabulary) for sentence in sentences]
+    translations = iter(translate_pieces([piece for each in pieces_of for piece in each]))
+    return [" ".join(next(translations) for _ in each) for each in pieces_of]
+
+
+def pieces(ids, most, vocabulary):
+    """kformer.data.sentences.in_pieces for one sentence: its ids in ceil(n / most) pieces, cut at word starts."""
+    count = max(1, -(-len(ids) // most))
+    out, word_start = [[] for _ in range(count)], 0
+    for position, token in enumerate(ids):
+        if position == 0 or not vocabulary[token].startswith("##"):
+            word_start = position
+        out[word_start * count // len(ids)].append(token)
+    return out
+
+
+def output_limit(manifest, longest):
+    """The most tokens (with [END]) kformer's graph writes for a batch whose longest source has `longest`."""
+    most = manifest["max_length"]
+    if "max_output_ratio" not in manifest:  # an export from before the ratio
+        return min(max(longest, 1) + 50, most)
+    grown = math.ceil(np.float32(manifest["max_output_ratio"]) * np.float32(min(longest, most)))
+    return max(most, int(grown) + manifest["extra_output_tokens"])
+
+
+def pad_batch(rows, pad=0):
+    """Token id lists -> a rectangular list of lists, padded with `pad` ([PAD]'s id)."""
     width = max(1, max((len(row) for row in rows), default=0))
     return [row + [pad] * (width - len(row)) for row in rows]

@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 
 import kformer
 from kformer.data.stream import HELD_OUT
@@ -187,7 +188,7 @@ def _evaluate(args):
 
 
 def _translate(args):
-    from kformer.inference.translator import Translator
+    from kformer.inference.translator import OutputLimitWarning, Translator
 
     trained = _load_translator(args.model)
     vocab_size = trained.target_tokenizer.vocab_size
@@ -199,8 +200,9 @@ def _translate(args):
     if args.n_best > args.beam:
         raise _UsageError(f"--n-best {args.n_best} is more than --beam {args.beam} keeps; give --beam {args.n_best}.")
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    settings = dict(beam_size=args.beam, length_penalty=args.length_penalty, max_output_ratio=args.max_output_ratio)
     try:
-        translator = Translator(trained, beam_size=args.beam, length_penalty=args.length_penalty, **sampling)
+        translator = Translator(trained, **settings, **sampling)
     except ValueError as error:
         message = str(error)
         for name, flag in (("beam_size=1", "--beam 1"), ("temperature=", "--temperature "), ("top_", "--top-")):
@@ -210,16 +212,26 @@ def _translate(args):
     index = 0
     for batch in [args.sentences] if args.sentences else _stdin_batches(args.batch_size):
         prefix = None if args.prefix is None else [args.prefix] * len(batch)
+        options = dict(n_best=args.n_best, with_scores=True) if scored else {}
         try:
-            if not scored:
-                for translation in translator.translate(batch, batch_size=args.batch_size, prefix=prefix):
-                    print(translation, flush=True)
-                continue
-            results = translator.translate(
-                batch, batch_size=args.batch_size, n_best=args.n_best, with_scores=True, prefix=prefix
-            )
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always", OutputLimitWarning)
+                results = translator.translate(batch, batch_size=args.batch_size, prefix=prefix, **options)
         except ValueError as error:  # a prefix the target vocabulary cannot read, or too long
             raise _UsageError(f"--prefix {args.prefix!r}: {error}") from None
+        for warning in said:
+            for line in getattr(warning.message, "lines", []):
+                where = f"argument {index + line + 1}" if args.sentences else f"stdin line {index + line + 1}"
+                print(
+                    f"kformer: warning: {where}: its translation stopped at the output limit before its end and may "
+                    f"be cut short; raise --max-output-ratio (now {args.max_output_ratio:g}).",
+                    file=sys.stderr,
+                )
+        if not scored:
+            for translation in results:
+                print(translation, flush=True)
+            index += len(batch)
+            continue
         for source, hypotheses in zip(batch, results, strict=True):
             hypotheses = hypotheses if args.n_best > 1 else [hypotheses]
             if args.json:
@@ -337,6 +349,14 @@ def _positive_int(text):
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def _positive_float(text):
+    """argparse type: a finite number above 0 (a ratio)."""
+    value = _non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
     return value
 
 
@@ -463,6 +483,14 @@ def _translate_parser(commands):
     )
     translate.add_argument(
         "--prefix", help="target text every translation must start with; the rest is decoded after it"
+    )
+    translate.add_argument(
+        "--max-output-ratio",
+        dest="max_output_ratio",
+        type=_positive_float,
+        default=2.0,
+        help="a translation has at most this many tokens a source token, + 10, and at least the model's max_length "
+        "(default: %(default)s)",
     )
     _add_sampling_flags(translate, "with --beam 1, for back-translation")
     translate.add_argument("--batch-size", type=_positive_int, default=64, help="sentences decoded together")

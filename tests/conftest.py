@@ -179,7 +179,7 @@ ODD_TEXTS = {
     "empty": "",
     "whitespace only": " \t  ",
     "10,000 characters": "a b c " * 1_667,
-    "1,000,000 characters": "d e f g " * 125_000,
+    "100,000 characters in 2,000 sentences": "a b c d e f g h i j k l a b c d e f g h i j k l?! " * 2_000,
     "one 10,000-letter word": "ab" * 5_000,
     "NUL bytes": "a\x00b\x00",
     "control characters": "\x1b[31mc\x07\x7f",

@@ -7,11 +7,13 @@ import io
 import sys
 
 import pytest
-from conftest import ODD_TEXTS, copy_task_model
+from conftest import ODD_TEXTS, VOCAB, copy_task_model
 
 from kformer import Translator
 from kformer.cli import main
 from kformer.data.text import utf8_batch
+
+LETTERS = set(VOCAB[4:])
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,10 @@ def test_each_odd_text_gets_one_translation_whatever_its_batch(translator):
     # Padding and batching must not leak between sentences: alone, each gives the same.
     assert [translator.translate([text])[0] for text in texts] == together
     assert together[0] == together[1] == ""  # nothing in, nothing out
-    assert together[2] == translator.translate(["a b c " * 30])[0]  # only the first max_length tokens count
+    # Nothing is cut: the 5,001 letters go in 417 pieces of 12, of which the model copies up to 7 each (read whole
+    # and cut, 12 letters came back); the 2,000 sentences of 24 letters, in 3 pieces each, alike.
+    assert 7 / 12 - 0.05 < len(together[2].split()) / 5_001 <= 1
+    assert 0.5 < sum(w in LETTERS for w in together[3].split()) / 48_000 <= 1
 
 
 def test_empty_and_large_batches(translator):
@@ -173,7 +178,8 @@ def test_cli_attention_on_odd_text_draws_or_says_why_not(model_dir, tmp_path, ca
 
 def test_cli_translate_arguments_that_are_odd(model_dir, capsys):
     texts = [
-        ODD_TEXTS[name] for name in ("empty", "NUL bytes", "right-to-left (Arabic, Hebrew)", "1,000,000 characters")
+        ODD_TEXTS[name]
+        for name in ("empty", "NUL bytes", "right-to-left (Arabic, Hebrew)", "100,000 characters in 2,000 sentences")
     ]
     assert main(["translate", "--model", str(model_dir), *texts]) == 0
     assert len(capsys.readouterr().out.split("\n")) == len(texts) + 1  # one line each, then the final newline

@@ -369,14 +369,18 @@ def test_beam_search_runs_the_compiled_loop_up_to_64_sentences_a_batch_and_the_g
     from kformer.inference.translator import XLA_BEAM_BATCH
 
     translator = Translator(trained, beam_size=2)
-    runs, compiled = tf.Variable(0), translator._decode_compiled
+    runs = tf.Variable(0)
 
-    @tf.function
-    def counted(tokens, max_length):  # runs only when tf.cond takes the compiled branch
-        runs.assign_add(1)
-        return compiled(tokens, max_length)
+    def counted(compiled):
+        @tf.function
+        def counting(tokens, max_length):  # runs only when tf.cond takes a compiled branch
+            runs.assign_add(1)
+            return compiled(tokens, max_length)
 
-    translator._decode_compiled = counted  # before translate_ids is first traced
+        return counting
+
+    for name in ("_decode_compiled", "_decode_compiled_long"):  # the model's buffer, the longest output's
+        setattr(translator, name, counted(getattr(translator, name)))  # before translate_ids is first traced
     for batch, runs_after in ((XLA_BEAM_BATCH, 1), (XLA_BEAM_BATCH + 1, 1), (3, 2)):
         translator.translate_ids(random_tokens(batch, 3, seed=batch))
         assert int(runs.numpy()) == runs_after, batch

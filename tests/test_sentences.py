@@ -4,12 +4,16 @@ the plain-Python clients, and a translator that translates each sentence of a li
 import re
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, copy_task_model
+from conftest import REPO, VOCAB, copy_task_model
 
-from kformer import Translator
-from kformer.data.sentences import BOUNDARY, SENTENCE_RULES, split_sentences
+from kformer import TrainedModel, Translator
+from kformer.cli import main
+from kformer.data.sentences import BOUNDARY, SENTENCE_RULES, in_pieces, split_sentences
+from kformer.data.text import END_ID, PAD_ID
+from kformer.inference.translator import OutputLimitWarning
 
 # Each line, and the sentences a careful reader splits it into (each keeps the spaces after it).
 HARD_CASES = {
@@ -58,11 +62,6 @@ def test_a_line_is_translated_sentence_by_sentence_and_joined_with_its_own_space
     whole = translator.translate(["".join(sentences)])
     alone = translator.translate(sentences)
     assert whole == ["".join(t + s[len(s.rstrip()) :] for t, s in zip(alone, sentences, strict=True)).rstrip()]
-    # Read whole, the line's 24 tokens would be cut at the model's 12: most of it would be lost.
-    unsplit = translator.target_tokenizer.detokenize(
-        translator.translate_ids(translator.source_tokenizer.tokenize(["".join(sentences)]).to_tensor())
-    )
-    assert len(unsplit.numpy()[0].decode()) < len(whole[0]) / 2
 
 
 def test_the_clients_split_by_the_manifests_rules_and_join_like_the_graph(monkeypatch):
@@ -84,3 +83,61 @@ def test_the_clients_split_by_the_manifests_rules_and_join_like_the_graph(monkey
     # An export written before the rules existed translates each line whole, as it did then.
     assert wordpiece.by_sentence(shout, lines, {}) == [line.strip().upper() for line in lines]
     del sys.modules["wordpiece"]
+
+
+def test_pieces_keep_every_token_in_order_cut_only_where_words_start_and_python_alike(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "export"))
+    import wordpiece
+
+    vocabulary = ["[PAD]", "[UNK]", "[START]", "[END]", "a", "b", "##c", "##d", "e"]
+    starts = tf.constant([not token.startswith("##") for token in vocabulary])
+    rng = np.random.default_rng(0)
+    rows = [[], [4], [6, 6, 4]] + [list(rng.integers(4, 9, rng.integers(1, 40))) for _ in range(60)]
+    for most in (1, 3, 5, 12):
+        pieces = in_pieces(tf.ragged.constant(rows, tf.int32, ragged_rank=1), most, starts).to_list()
+        for row, got in zip(rows, pieces, strict=True):
+            assert [token for piece in got for token in piece] == row  # nothing lost, nothing moved
+            assert len(got) == max(1, -(-len(row) // most))  # the fewest pieces of `most` tokens
+            firsts = [piece[0] for piece in got[1:] if piece]
+            assert not any(vocabulary[token].startswith("##") for token in firsts)  # a word is never cut
+            assert got == wordpiece.pieces(row, most, vocabulary)  # the clients cut the same
+    del sys.modules["wordpiece"]
+
+
+def test_a_sentence_over_the_limit_comes_back_whole_in_pieces():
+    translator = Translator(copy_task_model(), max_length=6)  # the model copies up to 7 letters
+    rng = np.random.default_rng(1)
+    sentence = " ".join(rng.choice(list("abcdefghijkl"), 30))
+    assert translator.translate([sentence]) == [sentence]  # 5 pieces of 6, each copied, joined
+    assert translator(tf.constant([sentence])).numpy()[0].decode() == sentence
+
+
+def never_ending_translator(**settings):
+    """A translator whose model never writes [END]: every output runs to the output limit."""
+    trained = copy_task_model()
+    trained.model.get_layer("decoder").output_projection.bias.assign(-100 * np.eye(len(VOCAB))[END_ID])
+    return Translator(trained, **settings)
+
+
+@pytest.mark.parametrize("ratio, xla", [(2.0, True), (0.5, False), (1.3, False)])
+def test_outputs_are_limited_by_their_sources_length_and_a_stop_there_is_reported(ratio, xla):
+    translator = never_ending_translator(max_output_ratio=ratio, xla=xla)  # the model's max_length: 12
+    for width in (3, 7, 20):  # under XLA: the model's buffer, the longest output's, then a source over 12
+        tokens = translator.translate_ids(tf.fill([2, width], 4)).numpy()
+        expected = max(12, int(np.ceil(np.float32(ratio) * min(width, 12))) + 10)  # the documented rule
+        assert ((tokens != PAD_ID).sum(axis=1) == expected).all(), (width, ratio)
+    with pytest.warns(OutputLimitWarning, match=r"2 translation\(s\) stopped at the output limit") as said:
+        translator.translate(["a b", "", "c"])
+    assert said[0].message.lines == [0, 2]  # the empty line ends at once
+
+
+def test_the_cli_names_each_line_whose_translation_stopped_at_the_limit(tmp_path, capsys, monkeypatch):
+    translator = never_ending_translator()
+    TrainedModel(translator.model, translator.source_tokenizer, translator.target_tokenizer, {"max_length": 12}).save(
+        tmp_path / "model"
+    )
+    assert main(["translate", "--model", str(tmp_path / "model"), "--max-output-ratio", "1", "a b", "", "c"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 3
+    assert [line.split(":")[2].strip() for line in err.splitlines()] == ["argument 1", "argument 3"]
+    assert "raise --max-output-ratio (now 1)" in err

@@ -225,8 +225,10 @@ def test_a_forced_prefix_starts_each_translation_and_the_search_goes_on_from_it(
     translator = Translator(hesitant, xla=xla)
     texts = translator.translate(SOURCES, prefix=prefixes, with_scores=True)
     ids = hesitant.target_tokenizer.tokenize(prefixes).to_list()
+    widest = max(len(row) for row in ids + hesitant.source_tokenizer.tokenize(SOURCES).to_list())  # one batch
+    limit = max(12, 2 * widest + 10)  # the output limit of Translator's docstring, the model's max_length 12
     for source, prefix, (text, score), prefix_ids in zip(SOURCES, prefixes, texts, ids, strict=True):
-        expected = numpy_greedy_after(hesitant, source, prefix_ids, translator.max_length)
+        expected = numpy_greedy_after(hesitant, source, prefix_ids, limit)
         got = [int(i) for i in hesitant.target_tokenizer.tokenize([text])[0].numpy()]
         shown = [t for t in expected if t not in (PAD_ID, START_ID, END_ID)]  # what detokenizing keeps
         assert got[: len(prefix_ids)] == prefix_ids and got == shown
@@ -258,7 +260,7 @@ def test_every_beam_keeps_the_prefix_and_the_best_is_the_searchs_own(hesitant):
         ("a b", r"prefix must be a list of target texts, one a sentence, not one str"),
         (["a"], r"prefix needs one text a sentence: got 1 prefixes for 2 sentences"),
         (["a", "  "], r"prefix 1 \('  '\) has no tokens; give target text, or no prefix"),
-        (["a", "a " * 12], r"prefix 1 has 12 tokens; the translations are at most 12 with \[END\]: give a shorter"),
+        (["a", "a " * 34], r"prefix 1 has 34 tokens; the translations are at most 34 with \[END\]: give a shorter"),
     ],
 )
 def test_a_prefix_that_cannot_start_a_translation_is_refused_in_one_sentence(copier, prefix, message):

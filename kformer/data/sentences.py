@@ -51,3 +51,30 @@ def split_sentences(texts):
 def trailing_spaces(sentences):
     """tf.string (any shape) -> the spaces each ends with (what joins it to the next sentence)."""
     return tf.strings.regex_replace(sentences, "^(?s:.*?)([ \t]*)$", "\\1")
+
+
+def in_pieces(token_ids, most, word_starts):
+    """Ragged int `(N, None)` -> `(N, None, None)`: each row as the fewest pieces of about `most` tokens.
+
+    A row of n tokens, n > most, becomes k = ceil(n / most) pieces of about
+    n / k tokens each, cut only where a word starts: a word goes whole to the
+    piece its first token's position p falls in, floor(p * k / n). A row of
+    `most` tokens or fewer is one piece, itself; an empty row, one empty piece.
+
+    Args:
+        token_ids: ragged int32 `(N, None)`, a sentence's tokens a row.
+        most: the most tokens a piece should have (a word may take it over).
+        word_starts: bool `(V,)`, True at the ids that begin a word (the
+            vocabulary's tokens without the "##" of a continuation).
+    """
+    lengths = token_ids.row_lengths()  # (N,)
+    counts = tf.maximum((lengths + most - 1) // most, 1)  # (N,): pieces a row
+    rows, flat = token_ids.value_rowids(), token_ids.flat_values  # (F,) each
+    positions = tf.range(tf.size(flat, tf.int64)) - tf.gather(token_ids.row_starts(), rows)  # within the row
+    starts = tf.gather(word_starts, flat) | tf.equal(positions, 0)  # (F,)
+    word = tf.cumsum(tf.cast(starts, tf.int64)) - 1  # (F,): which word (over all rows) a token belongs to
+    word_position = tf.gather(tf.boolean_mask(positions, starts), word)  # its word's first token's position
+    piece = word_position * tf.gather(counts, rows) // tf.gather(lengths, rows)  # (F,): within the row
+    first_piece = tf.cumsum(counts, exclusive=True)  # (N,): the row's first piece over all rows
+    pieces = tf.RaggedTensor.from_value_rowids(flat, tf.gather(first_piece, rows) + piece, tf.reduce_sum(counts))
+    return tf.RaggedTensor.from_row_lengths(pieces, counts)

@@ -47,7 +47,7 @@ from kformer.data.sentences import SENTENCE_RULES
 from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.deploy import FORMATS, QUANTIZATIONS
 from kformer.inference.generator import Generator
-from kformer.inference.translator import Translator, padded_tokens
+from kformer.inference.translator import EXTRA_OUTPUT_TOKENS, Translator, padded_tokens
 from kformer.model_dir import TrainedModel, load, require_space, umask
 
 EXAMPLE_SENTENCES = ["the black cat sleeps", "the cats that the girl sees sleep"]
@@ -143,16 +143,20 @@ class _Endpoints(tf.Module):
 def _tflite_text_endpoint(translator):
     """Strings in, strings out with only ops that TFLite builtins or tensorflow-text's TFLite kernels run.
 
-    Unlike `Translator.__call__` it does no NFC normalisation and no spacing
-    rules (TFLite has no regex): pieces come back joined by spaces, and the
-    client applies the spacing rules (see export/tflite_client.py).
+    Unlike `Translator.__call__` it does no NFC normalisation, no spacing
+    rules and no sentence splitting (TFLite has no regex): word pieces come back
+    joined by spaces, and the client splits sentences and applies the spacing
+    rules (see export/tflite_client.py). A long sentence is translated in
+    pieces, as `__call__` does.
     """
     source, target = translator.source_tokenizer, translator.target_tokenizer
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def translate(texts):
-        output = translator.translate_ids(padded_tokens(source.tokenize(texts, normalize_text=False)))  # (B, T)
-        return {"translations": target.detokenize(output, spacing=False)}
+        pieces = translator.pieces(source.tokenize(texts, normalize_text=False))  # (B, None, None)
+        output = translator.translate_ids(padded_tokens(pieces.values))  # (P, T)
+        texts = target.detokenize(output, spacing=False)
+        return {"translations": tf.strings.reduce_join(pieces.with_values(texts), 1, separator=" ")}
 
     return translate
 
@@ -383,6 +387,8 @@ def export(
             WRITERS[format_name](job)
         job.finish()
         settings = {"beam_size": beam_size, "xla": bool(xla and trained.kind == "translator")}
+        if trained.kind == "translator":
+            settings["max_output_ratio"] = endpoints.runner.max_output_ratio
         if trained.kind == "language_model":
             settings["max_new_tokens"] = max_new_tokens
         manifest = _write_manifest(staging, trained, formats, skipped, quantize, name, version, settings)
@@ -471,6 +477,8 @@ def _write_manifest(staging, trained, formats, skipped, quantize, name, version,
         "xla": settings["xla"],
         "max_length": trained.max_length,
         **({"max_new_tokens": settings["max_new_tokens"]} if "max_new_tokens" in settings else {}),
+        **({"max_output_ratio": settings["max_output_ratio"]} if "max_output_ratio" in settings else {}),
+        **({"extra_output_tokens": EXTRA_OUTPUT_TOKENS} if "max_output_ratio" in settings else {}),
         "reserved_tokens": list(RESERVED_TOKENS),
         "spacing_rules": [list(rule) for rule in SPACING_RULES],
         "sentence_rules": [list(rule) for rule in SENTENCE_RULES],

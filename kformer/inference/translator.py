@@ -5,26 +5,43 @@ inside the graph, so the same object serves Python callers, a SavedModel for
 TF Serving, and (through `translate_ids`) runtimes without string ops.
 """
 
-import functools
 import math
 import numbers
 import types
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
 import tensorflow as tf
 
-from kformer.data.sentences import split_sentences, trailing_spaces
+from kformer.data.sentences import in_pieces, split_sentences, trailing_spaces
 from kformer.data.text import END_ID, PAD_ID, START_ID, utf8_batch
 from kformer.inference.decoding import length_normalized, sampler, search
 from kformer.layers.validation import check_positive_int
 from kformer.model_dir import TrainedModel, load
 
-EXTRA_OUTPUT_TOKENS = 50
+EXTRA_OUTPUT_TOKENS = 10  # an output may have max_output_ratio x its source's tokens and this many more
 SOURCE_BUCKET = 8  # under XLA, sources are padded to a multiple of this many tokens
 XLA_BEAM_BATCH = 64  # beam search runs under XLA up to this many sentences a batch
 _IDS = tf.TensorSpec([None, None], tf.int32)
+_TEXTS = tf.TensorSpec([None], tf.string, name="texts")
 _FIXED_LOOP = [_IDS, tf.TensorSpec([], tf.int32)]  # the compiled loop's: sources, and the output limit
+
+
+class OutputLimitWarning(UserWarning):
+    """Some translations stopped at the output limit before [END]: they may be cut short.
+
+    `lines` holds their indices in the input (0-based), for a caller to flag or retranslate.
+    """
+
+    def __init__(self, lines, translator):
+        self.lines = lines
+        shown = ", ".join(str(i) for i in lines[:10]) + (" ..." if len(lines) > 10 else "")
+        super().__init__(
+            f"{len(lines)} translation(s) stopped at the output limit before their end and may be cut short "
+            f"(input {shown}): raise max_output_ratio (now {translator.max_output_ratio:g}) or max_length "
+            f"(now {translator.max_length})."
+        )
 
 
 class PairScore(NamedTuple):
@@ -59,16 +76,23 @@ class Translator(tf.Module):
             [END]; the scores `translate` gives are this too.
         use_cache: decode with the key/value cache (the fast path); False
             re-runs the decoder over the whole prefix at every step.
-        max_length: the most source tokens read and target tokens written;
-            defaults to the model's training max_length. Longer inputs (even
-            10,000 characters) are cut to it. Each batch generates at most
-            its longest source + 50 tokens, within this cap.
+        max_length: the most source tokens translated at once, by default the
+            model's training max_length: a longer sentence is translated in
+            pieces of about this many tokens or fewer, cut where words start,
+            and their translations are joined by spaces (`in_pieces`; on long
+            sentences this scored twice the chrF of a longer buffer,
+            bench/RESULTS.md). Nothing is cut.
+        max_output_ratio: a batch's outputs have at most max(max_length,
+            ceil(max_output_ratio x S) + 10) tokens with [END], S its longest
+            source's tokens up to max_length; an output stopped there without
+            [END] is reported (`translate` warns with `OutputLimitWarning`).
         xla: compile the whole decoding loop with XLA (`jit_compile`), over
-            fixed-size buffers (`max_length` positions) and sources padded to
-            a multiple of 8 tokens, so it compiles once per batch size and
-            source bucket (1-2 s each, about what tracing the plain loop
-            costs). About 3-4x faster a sentence at batch 1, the same tokens.
-            Beam search uses it up to 64 sentences a batch.
+            fixed-size buffers (`max_length` positions, or the longest output's
+            for sources over (max_length - 10) / max_output_ratio tokens) and
+            sources padded to a multiple of 8 tokens, so it compiles once per
+            batch size, source bucket and buffer (1-2 s each, about what tracing
+            the plain loop costs). About 3-4x faster a sentence at batch 1, the
+            same tokens. Beam search uses it up to 64 sentences a batch.
             False runs the plain graph loop (buffers sized to the batch's output
             limit), which TFLite and ONNX convert.
         temperature, top_k, top_p, seed: above temperature 0, draw each token
@@ -93,6 +117,7 @@ class Translator(tf.Module):
         length_penalty=0.6,
         use_cache=True,
         max_length=None,
+        max_output_ratio=2.0,
         xla=True,
         temperature=0.0,
         top_k=0,
@@ -113,6 +138,8 @@ class Translator(tf.Module):
             )
         if max_length is not None:  # None: the model's
             check_positive_int("max_length", max_length)
+        if not (isinstance(max_output_ratio, numbers.Real) and 0 < max_output_ratio < math.inf):
+            raise ValueError(f"max_output_ratio must be a number above 0, got max_output_ratio={max_output_ratio!r}.")
         if not (isinstance(length_penalty, numbers.Real) and math.isfinite(length_penalty)):
             raise ValueError(f"length_penalty must be a finite number, got length_penalty={length_penalty!r}.")
         if length_penalty < 0:
@@ -127,26 +154,50 @@ class Translator(tf.Module):
         self.length_penalty = float(length_penalty)
         self.use_cache = use_cache
         self.max_length = int(trained.max_length if max_length is None else max_length)
+        self.max_output_ratio = float(max_output_ratio)
+        self.longest_output = int(self.output_limit(self.max_length))
         self.xla = bool(xla and use_cache)
         self._choose = choose if temperature > 0 else None  # greedy keeps its own argmax
+        self._word_starts = tf.constant([not token.startswith("##") for token in self.source_tokenizer.vocabulary])
         if self.xla:  # only then: tf.saved_model.save traces and keeps every tf.function a module holds
-            self._decode_compiled = tf.function(self._decode_fixed, input_signature=_FIXED_LOOP, jit_compile=True)
+            self._decode_compiled = self._fixed_loop(self.max_length)
+            if self.longest_output > self.max_length:
+                self._decode_compiled_long = self._fixed_loop(self.longest_output)
         # The functions of scores and n-best lists, made on first use (`_on_demand`).
         self._made = types.SimpleNamespace()
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
+    def pieces(self, token_ids):
+        """Ragged int32 `(N, None)` -> `(N, None, None)`: each sentence's pieces of about `max_length` tokens."""
+        return in_pieces(token_ids, self.max_length, self._word_starts)
+
+    def output_limit(self, source_tokens):
+        """The most tokens, [END] included, of the outputs of a batch whose longest source has `source_tokens`."""
+        longest = tf.minimum(source_tokens, self.max_length)
+        grown = tf.math.ceil(self.max_output_ratio * tf.cast(longest, tf.float32))
+        return tf.maximum(self.max_length, tf.cast(grown, tf.int32) + EXTRA_OUTPUT_TOKENS)
+
+    @tf.function(input_signature=[_TEXTS])
     def __call__(self, texts):
         """tf.string `(B,)` -> translations tf.string `(B,)`; empty input gives empty output.
 
-        A line of several sentences is split (`split_sentences`), its sentences
-        are translated in one batch with every other line's, and their
-        translations are joined by the spaces that separated them in the line.
+        A line of several sentences is split (`split_sentences`), a sentence over
+        `max_length` tokens into pieces (`in_pieces`), all of them translated in
+        one batch with every other line's; a sentence's pieces are joined by
+        spaces, a line's sentences by the spaces that separated them.
         """
+        return self._translate_lines(texts)[0]
+
+    def _translate_lines(self, texts):
+        """tf.string `(B,)` -> (translations `(B,)`, bool `(B,)`: whether a line's output stopped at the limit)."""
         sentences = split_sentences(texts)  # (B, None)
-        encoder_tokens = padded_tokens(self.source_tokenizer.tokenize(sentences.flat_values))
-        translations = self.target_tokenizer.detokenize(self.translate_ids(encoder_tokens))
-        joined = sentences.with_flat_values(translations + trailing_spaces(sentences.flat_values))
-        return tf.strings.regex_replace(tf.strings.reduce_join(joined, axis=1), "[ \t]+$", "")  # not the last's
+        tokens = self.source_tokenizer.tokenize(sentences.flat_values)  # (N, None)
+        pieces = self.pieces(tokens)  # (N, None, None)
+        output = self.translate_ids(padded_tokens(pieces.values))  # (P, T)
+        stopped = ~tf.reduce_any(tf.equal(output, END_ID), axis=1) & (pieces.values.row_lengths() > 0)  # (P,)
+        texts = tf.strings.reduce_join(pieces.with_values(self.target_tokenizer.detokenize(output)), 1, separator=" ")
+        joined = sentences.with_flat_values(texts + trailing_spaces(sentences.flat_values))
+        translations = tf.strings.regex_replace(tf.strings.reduce_join(joined, axis=1), "[ \t]+$", "")  # not the last's
+        return translations, tf.reduce_any(sentences.with_flat_values(tf.reduce_any(pieces.with_values(stopped), 1)), 1)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
     def translate_ids(self, encoder_tokens):
@@ -160,29 +211,32 @@ class Translator(tf.Module):
         `prefix_tokens` (int32 `(B, P)`, 0-padded), each hypothesis starts with its row's.
         """
         if prefix_tokens is None:
-            search_ids = self._on_demand("search_ids", lambda tokens: self._search(tokens, True), [_IDS])
+            search_ids = self._on_demand("search_ids", lambda: self._function(lambda x: self._search(x, True), 1))
             return search_ids(tf.cast(encoder_tokens, tf.int32))
-        search_ids = self._on_demand("search_prefix", lambda *ids: self._search(*ids[:1], True, ids[1]), [_IDS] * 2)
+        search_ids = self._on_demand("search_prefix", lambda: self._function(lambda x, y: self._search(x, True, y), 2))
         return search_ids(tf.cast(encoder_tokens, tf.int32), tf.cast(prefix_tokens, tf.int32))
 
-    def _on_demand(self, name, python_function, input_signature, jit_compile=None):
-        """`tf.function(python_function, ...)`, made on first use and kept where tf.saved_model does not look.
+    def _on_demand(self, name, make):
+        """The tf.function `make()` gives, made on first use and kept where tf.saved_model does not look.
 
         A SavedModel of a Translator traces every tf.function the module holds
         that has an input signature (about 2 s each), so the functions of
         scores and n-best lists, which the exports do not serve, stay out of it.
         """
         if not hasattr(self._made, name):
-            function = tf.function(python_function, input_signature=input_signature, jit_compile=jit_compile)
-            setattr(self._made, name, function)
+            setattr(self._made, name, make())
         return getattr(self._made, name)
 
+    @staticmethod
+    def _function(python_function, id_inputs):
+        """tf.function of `python_function`, taking `id_inputs` int32 `(B, None)` tensors."""
+        return tf.function(python_function, input_signature=[_IDS] * id_inputs)
+
     def _search(self, encoder_tokens, with_log_probs, prefix_tokens=None):
-        encoder_tokens = encoder_tokens[:, : self.max_length]
         width = tf.shape(encoder_tokens)[1]
         if prefix_tokens is not None:
             width = tf.maximum(width, tf.shape(prefix_tokens)[1])
-        max_length = tf.minimum(width + EXTRA_OUTPUT_TOKENS, self.max_length)
+        max_length = self.output_limit(width)
         settings = (self.beam_size, self.length_penalty, self.use_cache)
 
         def graph_loop():
@@ -206,30 +260,40 @@ class Translator(tf.Module):
         rows = 2 if self.beam_size == 1 else 1
         padded = tf.pad(encoder_tokens, [[0, tf.maximum(rows - batch, 0)], [0, -width % SOURCE_BUCKET]])
 
-        loop = self._decode_compiled
-        if with_log_probs and self.beam_size == 1:  # greedy's sum costs a softmax normaliser a step: compiled apart
-            fixed = functools.partial(self._decode_fixed, with_log_probs=True)
-            loop = self._on_demand("search_compiled", fixed, _FIXED_LOOP, jit_compile=True)
-
-        def compiled():
+        def compiled(buffer):
+            if with_log_probs and self.beam_size == 1:  # greedy's sum costs a softmax normaliser a step: apart
+                loop = self._on_demand(f"search_compiled_{buffer}", lambda: self._fixed_loop(buffer, True))
+            else:
+                loop = self._decode_compiled if buffer == self.max_length else self._decode_compiled_long
             tokens, log_probs = loop(padded, max_length)
             return tokens[:batch, :, :max_length], log_probs[:batch]
 
+        # A buffer of the longest output costs up to 1.5x a step (bench/RESULTS.md): the model's own when it is enough.
+        def by_buffer():
+            if self.longest_output == self.max_length:
+                return compiled(self.max_length)
+            short = max_length <= self.max_length
+            return tf.cond(short, lambda: compiled(self.max_length), lambda: compiled(self.longest_output))
+
         if self.beam_size == 1:
-            return compiled()
+            return by_buffer()
         # Both loops rewrite every beam's fixed-size cache at every step; up to 64 sentences a batch (measured)
         # the compiled loop is the faster (bench/RESULTS.md). Beyond, each new batch size would compile again.
-        return tf.cond(batch <= XLA_BEAM_BATCH, compiled, graph_loop)
+        return tf.cond(batch <= XLA_BEAM_BATCH, by_buffer, graph_loop)
 
-    def _decode_fixed(self, encoder_tokens, max_length, with_log_probs=False):
-        """The search over buffers of `self.max_length` positions, `self.max_length` wide (what XLA compiles)."""
-        settings = (self.beam_size, self.length_penalty, True, self.max_length, with_log_probs, self._choose)
-        return search(self.model, encoder_tokens, max_length, *settings)
+    def _fixed_loop(self, buffer, with_log_probs=False):
+        """The search over buffers of `buffer` positions (a Python int), compiled with XLA."""
+        settings = (self.beam_size, self.length_penalty, True, buffer, with_log_probs, self._choose)
+
+        def decode_fixed(encoder_tokens, max_length):
+            return search(self.model, encoder_tokens, max_length, *settings)
+
+        return tf.function(decode_fixed, input_signature=_FIXED_LOOP, jit_compile=True)
 
     def score_ids(self, encoder_tokens, target_tokens):
         """Teacher-forced log-probabilities of given targets: int32 `(B, S)` and `(B, T)`, 0 = padding, no [END]
         -> float32 `(B, T + 1)`, each target token's and then [END]'s, 0 after them."""
-        score_ids = self._on_demand("score_ids", self._teacher_forced, [_IDS, _IDS])
+        score_ids = self._on_demand("score_ids", lambda: self._function(self._teacher_forced, 2))
         return score_ids(tf.cast(encoder_tokens, tf.int32), tf.cast(target_tokens, tf.int32))
 
     def _teacher_forced(self, encoder_tokens, target_tokens):
@@ -269,17 +333,22 @@ class Translator(tf.Module):
             raise ValueError(f"n_best must be at most beam_size ({self.beam_size}), got n_best={n_best}.")
         sentences = utf8_batch(sentences)
         prefix_ids = None if prefix is None else self._prefix_ids(prefix, len(sentences))
-        translations = [None] * len(sentences)
+        translations, stopped = [None] * len(sentences), []
         for batch in self._batches(sentences, batch_size):
             texts = tf.constant([sentences[i] for i in batch], tf.string)
             if n_best == 1 and not with_scores and prefix is None:  # the text-to-text graph a SavedModel serves
-                for index, output in zip(batch, self(texts).numpy(), strict=True):
+                lines = self._on_demand("lines", lambda: tf.function(self._translate_lines, [_TEXTS]))
+                outputs, cut = (x.numpy() for x in lines(texts))
+                for index, output in zip(batch, outputs, strict=True):
                     translations[index] = output.decode("utf-8")
+                stopped += [index for index, flag in zip(batch, cut, strict=True) if flag]
                 continue
             source = padded_tokens(self.source_tokenizer.tokenize(texts))
             prefix_tokens = None if prefix is None else tf.ragged.constant([prefix_ids[i] for i in batch]).to_tensor()
             tokens, log_probs = (x.numpy() for x in self.search_ids(source, prefix_tokens))
             lengths = (tokens != PAD_ID).sum(axis=2)  # (B, N): [END] included
+            finished = (tokens[:, 0] == END_ID).any(axis=1) | (source.numpy() == PAD_ID).all(axis=1)  # the best's
+            stopped += [index for index, done in zip(batch, finished, strict=True) if not done]
             scores = length_normalized(log_probs, lengths, self.length_penalty).numpy()
             best = tf.constant(tokens[:, :n_best].reshape(len(batch) * n_best, -1))
             texts = self.target_tokenizer.detokenize(best).numpy().reshape(len(batch), n_best)
@@ -292,6 +361,8 @@ class Translator(tf.Module):
                 ]
                 found = found if with_scores else [text for text, _ in found]
                 translations[index] = found if n_best > 1 else found[0]
+        if stopped:
+            warnings.warn(OutputLimitWarning(sorted(stopped), self), stacklevel=2)
         return translations
 
     def _prefix_ids(self, prefix, count):
@@ -305,9 +376,9 @@ class Translator(tf.Module):
         for index, (text, tokens) in enumerate(zip(prefix, ids, strict=True)):
             if not tokens:
                 raise ValueError(f"prefix {index} ({text!r}) has no tokens; give target text, or no prefix.")
-            if len(tokens) >= self.max_length:
+            if len(tokens) >= self.longest_output:
                 raise ValueError(
-                    f"prefix {index} has {len(tokens)} tokens; the translations are at most {self.max_length} "
+                    f"prefix {index} has {len(tokens)} tokens; the translations are at most {self.longest_output} "
                     "with [END]: give a shorter one."
                 )
         return ids
