@@ -34,8 +34,11 @@ class Client:
 
     def translate(self, sentences, beam_size=1):
         """Lines in, translations out; a line of several sentences is split as kformer's graph splits it."""
-        pieces = lambda flat: by_piece(lambda ids: self._translate(ids, beam_size), flat, self.source, self.manifest)  # noqa: E731
-        return by_sentence(pieces, sentences, self.manifest)
+
+        def in_pieces(flat):
+            return by_piece(lambda ids: self._translate(ids, beam_size), flat, self.source, self.target, self.manifest)
+
+        return by_sentence(in_pieces, sentences, self.manifest)
 
     def _translate(self, pieces, beam_size):
         if not pieces:
@@ -46,7 +49,7 @@ class Client:
             beam_size=beam_size,
             max_decoding_length=output_limit(self.manifest, max(len(ids) for ids in pieces)),
         )
-        return [self.target.detokenize([self.target.ids[t] for t in r.hypotheses[0]]) for r in results]
+        return [[self.target.ids[t] for t in r.hypotheses[0]] for r in results]
 
 
 def translate(export_dir, sentences, model="ctranslate2", beam_size=1):

@@ -27,10 +27,9 @@ def translate(export_dir, sentences):
     session = onnxruntime.InferenceSession(str(export_dir / "onnx" / "translate_ids.onnx"))
 
     def translate_pieces(pieces):
-        (output,) = session.run(None, {session.get_inputs()[0].name: np.array(pad_batch(pieces), dtype=np.int32)})
-        return [target.detokenize(row) for row in output]
+        return session.run(None, {session.get_inputs()[0].name: np.array(pad_batch(pieces), dtype=np.int32)})[0]
 
-    return by_sentence(lambda flat: by_piece(translate_pieces, flat, source, manifest), sentences, manifest)
+    return by_sentence(lambda flat: by_piece(translate_pieces, flat, source, target, manifest), sentences, manifest)
 
 
 def main():

@@ -37,10 +37,9 @@ def translate_ids(export_dir, sentences, model="translate_ids.tflite"):
     interpreter = Interpreter(model_path=str(export_dir / "tflite" / model))
 
     def translate_pieces(pieces):
-        tokens = np.array(pad_batch(pieces), dtype=np.int32)
-        return [target.detokenize(row) for row in run_signature(interpreter, encoder_tokens=tokens)]
+        return run_signature(interpreter, encoder_tokens=np.array(pad_batch(pieces), dtype=np.int32))
 
-    return by_sentence(lambda flat: by_piece(translate_pieces, flat, source, manifest), sentences, manifest)
+    return by_sentence(lambda flat: by_piece(translate_pieces, flat, source, target, manifest), sentences, manifest)
 
 
 def translate_strings(export_dir, sentences):

@@ -164,19 +164,21 @@ def by_sentence(translate_sentences, lines, manifest):
     return ["".join(line).rstrip(" \t") for line in joined]  # the spaces between sentences, not after the last
 
 
-def by_piece(translate_pieces, sentences, source, manifest):
+def by_piece(translate_pieces, sentences, source, target, manifest):
     """Translates `sentences` as kformer's graph does: a sentence over the manifest's max_length tokens in
-    pieces (`pieces`), every piece in one call of `translate_pieces` (token id lists in, their translations
-    out), and each sentence's pieces joined by spaces.
+    pieces (`pieces`), every piece in one call of `translate_pieces` (token id lists in, their translations'
+    ids out), and each sentence's pieces' outputs, up to their [END]s, put end to end and detokenized.
 
     An export from before pieces (no "max_output_ratio") cuts each sentence to max_length tokens, as it did.
     """
     most = manifest["max_length"]
     if "max_output_ratio" not in manifest:
-        return translate_pieces([source.tokenize(sentence)[:most] for sentence in sentences])
+        outputs = translate_pieces([source.tokenize(sentence)[:most] for sentence in sentences])
+        return [target.detokenize(ids) for ids in outputs]
     pieces_of = [pieces(source.tokenize(sentence), most, source.vocabulary) for sentence in sentences]
-    translations = iter(translate_pieces([piece for each in pieces_of for piece in each]))
-    return [" ".join(next(translations) for _ in each) for each in pieces_of]
+    outputs = iter(translate_pieces([piece for each in pieces_of for piece in each]))
+    ended = (list(ids)[: list(ids).index(target.end)] if target.end in list(ids) else list(ids) for ids in outputs)
+    return [target.detokenize([token for _ in each for token in next(ended)]) for each in pieces_of]
 
 
 def pieces(ids, most, vocabulary):

@@ -41,7 +41,7 @@ def reference(trained, exported):
     out, _ = exported
     tokens = np.array([[4, 5, 6, 0, 0], [15, 14, 13, 12, 11], [7, 8, 9, 10, 0], [5, 0, 0, 0, 0]], "int32")
     decoder_tokens = np.array([[2, 4, 5, 6], [2, 15, 14, 13], [2, 7, 8, 9], [2, 5, 0, 0]], "int32")
-    ids = to_numpy(decode(trained.model, tokens, max_length=12))
+    ids = to_numpy(decode(trained.model, tokens, max_length=20))  # the output limit of 5 tokens: max(12, 2 x 5 + 10)
     logits = to_numpy(trained.model([tokens, decoder_tokens]))
     directory = out.parent
     for name, array in [("tokens", tokens), ("decoder_tokens", decoder_tokens), ("ids", ids), ("logits", logits)]:

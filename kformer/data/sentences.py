@@ -67,12 +67,13 @@ def in_pieces(token_ids, most, word_starts):
         word_starts: bool `(V,)`, True at the ids that begin a word (the
             vocabulary's tokens without the "##" of a continuation).
     """
+    token_ids = token_ids.with_row_splits_dtype(tf.int32)  # TFLite divides int32, not int64
     lengths = token_ids.row_lengths()  # (N,)
     counts = tf.maximum((lengths + most - 1) // most, 1)  # (N,): pieces a row
     rows, flat = token_ids.value_rowids(), token_ids.flat_values  # (F,) each
-    positions = tf.range(tf.size(flat, tf.int64)) - tf.gather(token_ids.row_starts(), rows)  # within the row
+    positions = tf.range(tf.size(flat)) - tf.gather(token_ids.row_starts(), rows)  # within the row
     starts = tf.gather(word_starts, flat) | tf.equal(positions, 0)  # (F,)
-    word = tf.cumsum(tf.cast(starts, tf.int64)) - 1  # (F,): which word (over all rows) a token belongs to
+    word = tf.cumsum(tf.cast(starts, tf.int32)) - 1  # (F,): which word (over all rows) a token belongs to
     word_position = tf.gather(tf.boolean_mask(positions, starts), word)  # its word's first token's position
     piece = word_position * tf.gather(counts, rows) // tf.gather(lengths, rows)  # (F,): within the row
     first_piece = tf.cumsum(counts, exclusive=True)  # (N,): the row's first piece over all rows

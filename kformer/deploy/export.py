@@ -47,7 +47,7 @@ from kformer.data.sentences import SENTENCE_RULES
 from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.deploy import FORMATS, QUANTIZATIONS
 from kformer.inference.generator import Generator
-from kformer.inference.translator import EXTRA_OUTPUT_TOKENS, Translator, padded_tokens
+from kformer.inference.translator import EXTRA_OUTPUT_TOKENS, Translator
 from kformer.model_dir import TrainedModel, load, require_space, umask
 
 EXAMPLE_SENTENCES = ["the black cat sleeps", "the cats that the girl sees sleep"]
@@ -147,16 +147,14 @@ def _tflite_text_endpoint(translator):
     rules and no sentence splitting (TFLite has no regex): word pieces come back
     joined by spaces, and the client splits sentences and applies the spacing
     rules (see export/tflite_client.py). A long sentence is translated in
-    pieces, as `__call__` does.
+    pieces, as `__call__` does (`Translator.translate_tokens`).
     """
     source, target = translator.source_tokenizer, translator.target_tokenizer
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def translate(texts):
-        pieces = translator.pieces(source.tokenize(texts, normalize_text=False))  # (B, None, None)
-        output = translator.translate_ids(padded_tokens(pieces.values))  # (P, T)
-        texts = target.detokenize(output, spacing=False)
-        return {"translations": tf.strings.reduce_join(pieces.with_values(texts), 1, separator=" ")}
+        output, _ = translator.translate_tokens(source.tokenize(texts, normalize_text=False))  # (B, None)
+        return {"translations": target.detokenize(output, spacing=False)}
 
     return translate
 

@@ -190,14 +190,24 @@ class Translator(tf.Module):
     def _translate_lines(self, texts):
         """tf.string `(B,)` -> (translations `(B,)`, bool `(B,)`: whether a line's output stopped at the limit)."""
         sentences = split_sentences(texts)  # (B, None)
-        tokens = self.source_tokenizer.tokenize(sentences.flat_values)  # (N, None)
-        pieces = self.pieces(tokens)  # (N, None, None)
+        output, stopped = self.translate_tokens(self.source_tokenizer.tokenize(sentences.flat_values))
+        texts = self.target_tokenizer.detokenize(output) + trailing_spaces(sentences.flat_values)
+        joined = sentences.with_flat_values(texts)
+        translations = tf.strings.regex_replace(tf.strings.reduce_join(joined, axis=1), "[ \t]+$", "")  # not the last's
+        return translations, tf.reduce_any(sentences.with_flat_values(stopped), axis=1)
+
+    def translate_tokens(self, token_ids):
+        """Ragged int32 `(N, None)`, a sentence's ids a row -> (its translation's ids, ragged `(N, None)`, with
+        [END] and [PAD] among them; bool `(N,)`, whether it stopped at the output limit before [END]).
+
+        A sentence over `max_length` tokens is translated in pieces (`pieces`), in one batch with the rest, and
+        its pieces' outputs are put end to end (detokenizing drops the reserved ids between them).
+        """
+        pieces = self.pieces(token_ids)  # (N, None, None)
         output = self.translate_ids(padded_tokens(pieces.values))  # (P, T)
         stopped = ~tf.reduce_any(tf.equal(output, END_ID), axis=1) & (pieces.values.row_lengths() > 0)  # (P,)
-        texts = tf.strings.reduce_join(pieces.with_values(self.target_tokenizer.detokenize(output)), 1, separator=" ")
-        joined = sentences.with_flat_values(texts + trailing_spaces(sentences.flat_values))
-        translations = tf.strings.regex_replace(tf.strings.reduce_join(joined, axis=1), "[ \t]+$", "")  # not the last's
-        return translations, tf.reduce_any(sentences.with_flat_values(tf.reduce_any(pieces.with_values(stopped), 1)), 1)
+        by_sentence = tf.RaggedTensor.from_row_lengths(output, pieces.row_lengths())  # (N, None, T)
+        return by_sentence.merge_dims(1, 2), tf.reduce_any(pieces.with_values(stopped), axis=1)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
     def translate_ids(self, encoder_tokens):
