@@ -26,23 +26,39 @@ DEMO_CONFIG = dict(
 )
 
 
-def _load_pairs(data, held_out=HELD_OUT, sample_size=None, own=None):
+def _load_pairs(data, held_out=HELD_OUT, sample_size=None, own=None, weights=None):
     """The splits of a corpus file (its training split a stream when it is large), or of the built-in corpus when
     data == "builtin"; `sample_size`: `TrainingConfig.vocab_sample`. `own`: {"valid" or "test": a pair file}
-    that replaces that split, which then is not carved out of `data`."""
+    that replaces that split, which then is not carved out of `data`.
+
+    `data` may be a list of corpora: their training splits are drawn by `weights` (a `Mixture`; default 1
+    each), and their validation and test splits are put together."""
     from kformer.data.corpus import builtin_splits
     from kformer.data.pairs import DataError, read_pairs
-    from kformer.data.stream import corpus_splits
+    from kformer.data.stream import Mixture, corpus_splits
     from kformer.training.config import TrainingConfig
 
+    corpora = [data] if isinstance(data, str) else list(data)
+    weights = weights or [1.0] * len(corpora)
+    if len(weights) != len(corpora):
+        raise DataError(f"--weights gives {len(weights)} weights for {len(corpora)} --data corpora; give one each.")
+    for index, corpus in enumerate(corpora):
+        if corpus in corpora[:index]:
+            raise DataError(f"--data {corpus}: listed twice; give each corpus once (--weights says how often).")
     own = {name: path for name, path in (own or {}).items() if path}
-    if data == "builtin":
-        splits = builtin_splits()
-    else:
-        fractions = {f"{name}_fraction": 0.0 for name in own}  # nothing carved out for a split the user brings
-        splits = corpus_splits(data, sample_size or TrainingConfig.vocab_sample, held_out=held_out, **fractions)
+    fractions = {f"{name}_fraction": 0.0 for name in own}  # nothing carved out for a split the user brings
+    each = [
+        builtin_splits()
+        if corpus == "builtin"
+        else corpus_splits(corpus, sample_size or TrainingConfig.vocab_sample, held_out=held_out, **fractions)
+        for corpus in corpora
+    ]
+    splits = each[0]
+    if len(each) > 1:
+        splits = {name: [pair for split in each for pair in split[name]] for name in ("valid", "test")}
+        splits["train"] = Mixture([split["train"] for split in each], weights)
     for name, path in own.items():
-        if any(other != name and other_path == path for other, other_path in own.items()) or path == data:
+        if any(other != name and other_path == path for other, other_path in own.items()) or path in corpora:
             raise DataError(f"--{name} {path}: the same file is given twice; give each split its own file.")
         try:
             splits[name] = read_pairs(path)
@@ -134,6 +150,9 @@ def _train(args):
 
     config = _config(args)
     if args.task == "lm":
+        if len(args.data) > 1 or args.weights:
+            raise _UsageError("--task lm reads one text file: give one --data, without --weights.")
+        args.data = args.data[0]
         if args.data == "builtin":
             splits = _load_pairs("builtin")
             lines, valid_lines = [t for _, t in splits["train"]], [t for _, t in splits["valid"]]
@@ -153,7 +172,8 @@ def _train(args):
             print(f"No line held out to measure perplexity on (one in fifty is); training loss {summary['loss']:.3f}.")
         print(f'Saved the language model to {args.out}/ (try: kformer generate --model {args.out} "el gato").')
         return
-    splits = _load_pairs(args.data, args.held_out, config.vocab_sample, {"valid": args.valid, "test": args.test})
+    own = {"valid": args.valid, "test": args.test}
+    splits = _load_pairs(args.data, args.held_out, config.vocab_sample, own, args.weights)
     for name, count in _leaks(splits).items():
         if count:
             print(
@@ -422,8 +442,16 @@ def _train_parser(commands):
     train.add_argument(
         "--data",
         required=True,
+        nargs="+",
         help="a .txt/.tsv/.zip/.gz of 'source<TAB>target' lines, two aligned files 'train.en,train.es', "
-        "or 'builtin' (with --task lm: text, one passage a line); files over 64 MB are read as a stream",
+        "or 'builtin' (with --task lm: text, one passage a line); files over 64 MB are read as a stream. "
+        "Several corpora are trained on together, drawn by --weights",
+    )
+    train.add_argument(
+        "--weights",
+        nargs="+",
+        type=_positive_float,
+        help="one a --data corpus: how often its pairs are drawn, relative to the others' (default: 1 each)",
     )
     train.add_argument(
         "--held-out",

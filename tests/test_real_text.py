@@ -6,8 +6,12 @@ import json
 import numpy as np
 import pytest
 import sacrebleu
+from conftest import VOCAB
 
 from kformer.cli import main
+from kformer.data.pipeline import make_dataset
+from kformer.data.stream import Mixture
+from kformer.data.text import Tokenizer
 from kformer.training.evaluation import by_length
 
 TINY = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --no-xla --batch-size 16"
@@ -151,3 +155,75 @@ def test_the_jobs_steps_an_epoch_are_the_batches_its_training_pairs_make(tmp_pat
     train = split_pairs(read_pairs(data))["train"]
     dataset = make_dataset(train, trained.source_tokenizer, trained.target_tokenizer, 16, 24, shuffle=False)
     assert steps == sum(1 for _ in dataset) > 10
+
+
+def two_corpora(count=400, seed=0):
+    """Two lists of letter pairs of the same lengths, one of the letters a-f and one of g-l."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, 9, count)
+    return [
+        [(" ".join(words), " ".join(reversed(words))) for words in (rng.choice(list(letters), n) for n in lengths)]
+        for letters in ("abcdef", "ghijkl")
+    ]
+
+
+def test_a_mixture_draws_each_corpus_by_its_weight_and_the_same_seed_gives_the_same_batches():
+    first, second = two_corpora()
+    mixture = Mixture([first, second[:100]], [3, 1])
+    drawn_first = sum(pair in first for pair in mixture.sample) / len(mixture.sample)
+    assert len(mixture.sample) == 500 and abs(drawn_first - 0.75) < 0.06  # the vocabularies' sample, by weight
+    assert mixture.estimated_pairs == 500
+    tokenizer = Tokenizer(VOCAB)
+
+    def batches(seed, skip=0):
+        dataset = make_dataset(mixture, tokenizer, tokenizer, batch_size=16, max_length=12, repeat=True, seed=seed)
+        return [inputs[0].numpy() for inputs, _ in dataset.skip(skip).take(120 - skip)]
+
+    rows = np.concatenate([batch.reshape(len(batch), -1)[:, :1] for batch in batches(0)])  # first source tokens
+    from_first = np.isin(rows, tokenizer.tokenize(list("abcdef")).flat_values.numpy()).mean()
+    assert abs(from_first - 0.75) < 0.04, from_first  # 1,920 pairs drawn 3:1 (4 standard deviations: 0.04)
+    again, resumed = batches(0), batches(0, skip=45)
+    assert all(np.array_equal(a, b) for a, b in zip(batches(0), again, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(again[45:], resumed, strict=True))  # a resume skips exactly
+    assert not all(np.array_equal(a, b) for a, b in zip(again, batches(1), strict=False))
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("--weights 3", "--weights gives 1 weights for 2 --data corpora; give one each."),
+        ("--weights 3 0", "argument --weights: expected a number above 0, got '0'"),
+        ("--weights 3 x", "argument --weights: expected a number of 0 or more, got 'x'"),
+        ("SAME", "listed twice; give each corpus once (--weights says how often)."),
+        ("--task lm", "--task lm reads one text file: give one --data, without --weights."),
+    ],
+)
+def test_bad_corpora_or_weights_are_one_sentence(tmp_path, capsys, extra, message):
+    first, second = tmp_path / "first.tsv", tmp_path / "second.tsv"
+    for path, pairs in zip((first, second), two_corpora(40), strict=True):
+        path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    data = f"{first} {first}" if extra == "SAME" else f"{first} {second}"
+    extra = "" if extra == "SAME" else extra
+    argv = f"train --data {data} {extra} --out {tmp_path / 'm'} --epochs 1 --steps-per-epoch 1 {TINY}"
+    try:
+        code = main(argv.split())
+    except SystemExit as stop:  # argparse's own check of a value
+        code = stop.code
+    error = capsys.readouterr().err
+    assert code == 2 and message in error and "Traceback" not in error, error
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow  # trains a tiny model: about 20 s
+def test_kformer_train_runs_on_two_weighted_corpora_with_their_held_out_pairs_together(tmp_path, capsys):
+    first, second = tmp_path / "first.tsv", tmp_path / "second.tsv"
+    for path, pairs in zip((first, second), two_corpora(2000), strict=True):
+        path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    argv = f"train --data {first} {second} --weights 1 2 --out {tmp_path / 'm'} --epochs 1 --steps-per-epoch 5 {TINY}"
+    assert main(argv.split()) == 0
+    out = capsys.readouterr().out
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["result"]["steps"] == 5
+    vocabulary = (tmp_path / "m" / "source_vocab.txt").read_text().split()
+    assert set("abcdefghijkl") <= set(vocabulary)  # learned from both corpora
+    assert "test split" in out

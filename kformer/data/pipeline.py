@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from kformer.data.pairs import DataError
-from kformer.data.stream import TrainingStream
+from kformer.data.stream import Mixture, TrainingStream
 from kformer.data.text import END_ID, PAD_ID, START_ID
 
 
@@ -115,6 +115,27 @@ def _ordered(dataset, buffer, repeat, seed):
     return dataset.repeat() if repeat else dataset
 
 
+def _text(pairs, buffer, repeat, seed):
+    """The (source, target) strings of a stream, a mixture or a list, shuffled in `buffer` (None: not), repeated."""
+    if isinstance(pairs, Mixture):  # every part round and round, drawn by weight
+        parts = [_text(part, buffer, True, seed + index) for index, part in enumerate(pairs.parts)]
+        return tf.data.Dataset.sample_from_datasets(parts, pairs.weights, seed=seed)
+    if not isinstance(pairs, TrainingStream):
+        sources, targets = zip(*pairs, strict=True)
+        text = tf.data.Dataset.from_tensor_slices((list(sources), list(targets)))
+        return _ordered(text, buffer and min(buffer, len(pairs)), repeat, seed)
+
+    # A Python call per pair would cap the stream near 2,000 pairs a second; one per 1024 pairs does not.
+    def chunks():  # called again for each pass
+        reuse_freed_memory()  # after TensorFlow's setting, which comes with the generator's first element
+        for chunk in pairs.chunks(1024):
+            yield tuple(np.array(side, dtype=object) for side in zip(*chunk, strict=True))
+
+    text = tf.data.Dataset.from_generator(chunks, output_signature=(tf.TensorSpec((None,), tf.string),) * 2)
+    # Shuffled as text, before tokenizing: the buffer fills as fast as lines are read.
+    return _ordered(text.unbatch(), buffer, repeat, seed)
+
+
 def make_dataset(
     pairs,
     source_tokenizer,
@@ -153,17 +174,9 @@ def make_dataset(
     Yields:
         ((encoder_tokens (B, S), decoder_tokens (B, T)), labels (B, T)), int32.
     """
-    streamed = isinstance(pairs, TrainingStream)
+    streamed = isinstance(pairs, TrainingStream)  # a Mixture too
     if streamed:
-        # A Python call per pair would cap the stream near 2,000 pairs a second; one per 1024 pairs does not.
-        def chunks():  # called again for each pass
-            reuse_freed_memory()  # after TensorFlow's setting, which comes with the generator's first element
-            for chunk in pairs.chunks(1024):
-                yield tuple(np.array(side, dtype=object) for side in zip(*chunk, strict=True))
-
-        text = tf.data.Dataset.from_generator(chunks, output_signature=(tf.TensorSpec((None,), tf.string),) * 2)
-        # Shuffled as text, before tokenizing: the buffer fills as fast as lines are read.
-        text = _ordered(text.unbatch(), shuffle_buffer if shuffle else None, repeat, seed)
+        text = _text(pairs, shuffle_buffer if shuffle else None, repeat, seed)
         dataset = text.batch(1024).map(
             lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
             num_parallel_calls=tf.data.AUTOTUNE,

@@ -17,6 +17,7 @@ same split whichever way its file is read.
 
 import copy
 import itertools
+import random
 import time
 
 from kformer.data.pairs import DataError, PairFile, read_pairs, split_of, split_pairs
@@ -84,6 +85,51 @@ class TrainingStream:
         pairs = iter(self)
         while chunk := list(itertools.islice(pairs, size)):
             yield chunk
+
+
+class Mixture(TrainingStream):
+    """Several corpora trained on together, each drawn as often as its weight says (`kformer train --data A B
+    --weights 3 1`, OpenNMT-py's corpus weights).
+
+    A training pair comes from corpus i with probability w_i / sum(w), the corpora read round and round
+    (tf.data's `sample_from_datasets`, seeded, so a resumed run skips exactly the batches it trained on;
+    `make_dataset`). Like a stream, its batches are not counted: it is always repeated.
+
+    Attributes:
+        parts: each corpus's training pairs, a list or a `TrainingStream`.
+        weights: one positive number a part.
+        sample: pairs drawn from the parts' samples by weight (a small part's again when it runs out), as
+            many as they hold together: the vocabularies and lengths are learned from it.
+        estimated_pairs: the parts' pairs together (an epoch's worth).
+    """
+
+    def __init__(self, parts, weights, seed=0):
+        self.parts, self.weights = list(parts), [float(weight) for weight in weights]
+        samples = [getattr(part, "sample", part) for part in self.parts]
+        drawn = random.Random(seed).choices(range(len(samples)), self.weights, k=sum(map(len, samples)))
+        taken = [0] * len(samples)
+        self.sample = []
+        for index in drawn:
+            self.sample.append(samples[index][taken[index] % len(samples[index])])
+            taken[index] += 1
+        self.estimated_pairs = sum(getattr(part, "estimated_pairs", len(part)) for part in self.parts)
+
+    @property
+    def error(self):
+        errors = [part.error for part in self.parts if isinstance(part, TrainingStream) and part.error]
+        return errors[0] if errors else None
+
+    def share(self, index, count):
+        """Worker `index` of `count`'s share of every part (a list's every `count`-th pair), with the same weights."""
+        if count == 1:
+            return self
+        mine = copy.copy(self)
+        mine.parts = [part.share(index, count) if isinstance(part, TrainingStream) else part[index::count]
+                      for part in self.parts]  # fmt: skip
+        return mine
+
+    def __iter__(self):
+        raise TypeError("a Mixture is read through make_dataset (its parts by weight), not pair by pair.")
 
 
 def corpus_splits(path, sample_size, held_out=HELD_OUT, valid_fraction=0.02, test_fraction=0.02, verbose=1):
