@@ -221,6 +221,7 @@ def _translate(args):
         raise _UsageError(f"--n-best {args.n_best} is more than --beam {args.beam} keeps; give --beam {args.n_best}.")
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     settings = dict(beam_size=args.beam, length_penalty=args.length_penalty, max_output_ratio=args.max_output_ratio)
+    settings["no_repeat_ngram"] = args.no_repeat_ngram
     try:
         translator = Translator(trained, **settings, **sampling)
     except ValueError as error:
@@ -372,6 +373,17 @@ def _positive_int(text):
     return value
 
 
+def _non_negative_int(text):
+    """argparse type: a whole number of 0 or more (0: off)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got {text!r}")
+    return value
+
+
 def _positive_float(text):
     """argparse type: a finite number above 0 (a ratio)."""
     value = _non_negative_float(text)
@@ -519,6 +531,14 @@ def _translate_parser(commands):
         default=2.0,
         help="a translation has at most this many tokens a source token, + 10, and at least the model's max_length "
         "(default: %(default)s)",
+    )
+    translate.add_argument(
+        "--no-repeat-ngram",
+        dest="no_repeat_ngram",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="no n-gram of N tokens twice in a translation (default: 0, no such rule)",
     )
     _add_sampling_flags(translate, "with --beam 1, for back-translation")
     translate.add_argument("--batch-size", type=_positive_int, default=64, help="sentences decoded together")

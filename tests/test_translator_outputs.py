@@ -309,3 +309,55 @@ def test_kformer_translate_takes_a_prefix_and_sampling_flags(copier, tmp_path, c
     assert "draws one translation: use --beam 1." in capsys.readouterr().err
     assert main(["translate", "--model", str(model), "--prefix", " ", "a"]) == 2
     assert "--prefix ' ': prefix 0 (' ') has no tokens" in capsys.readouterr().err
+
+
+def numpy_greedy_without_repeats(trained, source, n, max_length):
+    """Greedy over the uncached model's logits, each step skipping the tokens that would repeat an n-gram."""
+    encoder = trained.source_tokenizer.tokenize([source]).to_tensor().numpy()
+    tokens = []
+    while len(tokens) < max_length and (not tokens or tokens[-1] != END_ID):
+        logits = to_numpy(trained.model([encoder, np.array([[START_ID, *tokens]], "int32")], training=False))[0, -1]
+        tail = tuple(tokens[len(tokens) - n + 1 :]) if len(tokens) >= n - 1 else None
+        starts = range(len(tokens) - n + 1) if tail is not None else []
+        banned = {tokens[i + n - 1] for i in starts if tuple(tokens[i : i + n - 1]) == tail}
+        logits[list(banned)] = -np.inf
+        tokens.append(int(logits.argmax()))
+    return tokens
+
+
+def ngrams(tokens, n):
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+@pytest.mark.parametrize(
+    "n, xla", [(2, True), pytest.param(3, False, marks=pytest.mark.slow), pytest.param(1, True, marks=pytest.mark.slow)]
+)
+def test_no_repeat_ngram_bans_exactly_the_repeats_greedy_and_beam(copier, n, xla):
+    sources = ["a b a b a b", "c c c c", "a b c a b c", "d e f"]
+    greedy = Translator(copier, no_repeat_ngram=n, xla=xla)
+    limit = max(12, 2 * 6 + 10)  # the output limit of a batch whose longest source has 6 tokens
+    for source, text in zip(sources, greedy.translate(sources), strict=True):
+        expected = numpy_greedy_without_repeats(copier, source, n, limit)
+        assert text == copier.target_tokenizer.detokenize(np.array([expected], "int32")).numpy()[0].decode(), (
+            source,
+            n,
+        )
+    assert Translator(copier, xla=xla).translate(["a b a b a b"]) == ["a b a b a b"]  # the copy, repeats and all
+    beams = Translator(copier, beam_size=3, no_repeat_ngram=n, xla=xla)
+    for source, hypotheses in zip(sources, beams.translate(sources, n_best=3, with_scores=True), strict=True):
+        for text, score in hypotheses:
+            tokens = text.split()
+            assert len(set(ngrams(tokens, n))) == len(ngrams(tokens, n)), (text, n)
+            # The score is the model's own log-probability of those tokens, not one renormalised without the banned.
+            (pair,) = beams.score([source], [text])
+            assert score == pytest.approx(gnmt(pair.log_prob, pair.tokens, beams.length_penalty), rel=1e-4, abs=1e-5)
+
+
+def test_the_no_repeat_ngram_flag_reaches_the_decoder(copier, tmp_path, capsys):
+    copier.save(tmp_path / "copier")
+    assert main(["translate", "--model", str(tmp_path / "copier"), "--no-repeat-ngram", "2", "a b a b a b"]) == 0
+    tokens = capsys.readouterr().out.split()
+    assert tokens[:3] == ["a", "b", "a"] and len(set(ngrams(tokens, 2))) == len(ngrams(tokens, 2)), tokens
+    with pytest.raises(SystemExit):
+        main(["translate", "--model", str(tmp_path / "copier"), "--no-repeat-ngram", "-1", "a"])
+    assert "argument --no-repeat-ngram: expected a whole number of 0 or more, got '-1'" in capsys.readouterr().err

@@ -77,5 +77,6 @@ def in_pieces(token_ids, most, word_starts):
     word_position = tf.gather(tf.boolean_mask(positions, starts), word)  # its word's first token's position
     piece = word_position * tf.gather(counts, rows) // tf.gather(lengths, rows)  # (F,): within the row
     first_piece = tf.cumsum(counts, exclusive=True)  # (N,): the row's first piece over all rows
-    pieces = tf.RaggedTensor.from_value_rowids(flat, tf.gather(first_piece, rows) + piece, tf.reduce_sum(counts))
-    return tf.RaggedTensor.from_row_lengths(pieces, counts)
+    piece_rows = tf.gather(first_piece, rows) + piece
+    pieces = tf.RaggedTensor.from_value_rowids(flat, piece_rows, tf.reduce_sum(counts), validate=False)
+    return tf.RaggedTensor.from_row_lengths(pieces, counts, validate=False)

@@ -123,8 +123,34 @@ def _forced(prefix_tokens, t):
     return t < lengths, tf.gather(prefix_tokens, tf.reshape(column, [1]), axis=1)[:, 0]
 
 
+def without_repeats(logits, tokens, t, n):
+    """`logits` (R, V) of token t + 1, less -1e9 at each token that would end an n-gram its row already holds.
+
+    `tokens`: the `(R, 1 + L)` buffer, [START] at 0 and the row's tokens at 1..t. The n-grams
+    looked at lie within 1..t; the one that would end at t + 1 starts with the row's last n - 1
+    tokens (fairseq's and OpenNMT's `no_repeat_ngram_size`).
+    """
+    rows, vocab = tf.shape(logits)[0], logits.shape[-1]
+    windows = tf.signal.frame(tokens, n, 1, axis=1)  # (R, W, n): window k holds positions k .. k + n - 1
+    starts = tf.range(tf.shape(windows)[1])
+    last = tf.gather(tokens, tf.maximum(t - n + 2 + tf.range(n - 1), 0), axis=1)  # (R, n - 1): positions t-n+2..t
+    seen = (starts >= 1) & (starts + n - 1 <= t) & (t >= n - 1)  # (W,): windows already written, [START] left out
+    match = tf.reduce_all(tf.equal(windows[:, :, :-1], last[:, None, :]), axis=2) & seen  # (R, W)
+    banned = windows[:, :, -1] + vocab * tf.range(rows)[:, None]  # (R, W): its last token, as a row-major index
+    counts = tf.math.unsorted_segment_sum(tf.cast(match, tf.float32), banned, rows * vocab)  # (R * V,)
+    return tf.where(tf.reshape(counts, [rows, vocab]) > 0, _NEG_INF, logits)
+
+
 def greedy_search(
-    step, state, start_done, max_length, buffer_length=None, with_log_probs=True, choose=None, prefix_tokens=None
+    step,
+    state,
+    start_done,
+    max_length,
+    buffer_length=None,
+    with_log_probs=True,
+    choose=None,
+    prefix_tokens=None,
+    no_repeat_ngram=0,
 ):
     """Picks the most likely token at every step (or the one `choose` draws) until each row has produced [END].
 
@@ -137,6 +163,8 @@ def greedy_search(
         choose: from `sampler`, to draw each token instead (None: the most likely).
         prefix_tokens: None, or int32 `(B, P)`, 0-padded: each row's output starts
             with its prefix, read through the same cached step, then goes on.
+        no_repeat_ngram: above 0, no n-gram of this many tokens appears twice in a
+            row (`without_repeats`); the log-probabilities are the model's own.
 
     Returns:
         `(tokens, log_probs)`: int32 `(B, max_length)` (or `(B, buffer_length)`),
@@ -149,7 +177,8 @@ def greedy_search(
     def body(t, tokens, done, log_probs, state):
         logits, state = step(tokens, t, state)
         logits = tf.cast(logits, tf.float32)  # (B, V)
-        chosen_token = tf.argmax(logits, axis=-1, output_type=tf.int32) if choose is None else choose(logits, t)
+        allowed = without_repeats(logits, tokens, t, no_repeat_ngram) if no_repeat_ngram else logits
+        chosen_token = tf.argmax(allowed, axis=-1, output_type=tf.int32) if choose is None else choose(allowed, t)
         if prefix_tokens is not None:
             forced, forced_token = _forced(prefix_tokens, t)
             chosen_token = tf.where(forced, forced_token, chosen_token)
@@ -249,7 +278,17 @@ def continue_prompts(decoder, prompt_tokens, max_new_tokens, choose, stop_id=END
     return tf.gather(tokens, positions, batch_dims=1)
 
 
-def beam_search(step, state, start_done, max_length, beam_size, length_penalty, buffer_length=None, prefix_tokens=None):
+def beam_search(
+    step,
+    state,
+    start_done,
+    max_length,
+    beam_size,
+    length_penalty,
+    buffer_length=None,
+    prefix_tokens=None,
+    no_repeat_ngram=0,
+):
     """Keeps the `beam_size` most likely prefixes per sentence; returns them all, best first.
 
     Rows of `state`, `start_done` and `prefix_tokens` (as in `greedy_search`)
@@ -257,7 +296,8 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty, 
     keeps its score and can only continue with [PAD]; a beam inside its
     prefix, only with the prefix's next token. The beams are ranked by
     `length_normalized(log p, length, length_penalty)`, GNMT's length penalty
-    (0 compares raw log-probabilities).
+    (0 compares raw log-probabilities). With `no_repeat_ngram`, a beam cannot
+    continue into an n-gram it holds (`without_repeats`).
 
     Returns:
         `(tokens, log_probs)`: int32 `(B, beam_size, max_length)` (or `buffer_length`
@@ -281,8 +321,12 @@ def beam_search(step, state, start_done, max_length, beam_size, length_penalty, 
         # A sentence's best beam_size continuations are among the best
         # beam_size tokens of each of its beams: rank beam_size^2 candidates,
         # not beam_size * V, and normalise only those.
-        top_logits, top_tokens, row_max = _top_logits(logits, beam_size)  # (B * beam, beam) x 2, (B * beam,)
-        log_normaliser = row_max + tf.math.log(tf.reduce_sum(tf.exp(logits - tf.expand_dims(row_max, 1)), axis=1))
+        if no_repeat_ngram:  # banned tokens rank last; the log-probabilities stay the model's, not renormalised
+            top_logits, top_tokens, _ = _top_logits(without_repeats(logits, tokens, t, no_repeat_ngram), beam_size)
+            log_normaliser = tf.reduce_logsumexp(logits, axis=1)
+        else:
+            top_logits, top_tokens, row_max = _top_logits(logits, beam_size)  # (B * beam, beam) x 2, (B * beam,)
+            log_normaliser = row_max + tf.math.log(tf.reduce_sum(tf.exp(logits - row_max[:, None]), axis=1))
         log_probs = top_logits - tf.expand_dims(log_normaliser, 1)
         if prefix_tokens is not None:  # a beam inside its prefix has one continuation, the prefix's next token
             forced, forced_token = _forced(prefix_tokens, t)
@@ -331,6 +375,7 @@ def search(
     with_log_probs=True,
     choose=None,
     prefix_tokens=None,
+    no_repeat_ngram=0,
 ):
     """Translates token ids: one encoder pass, then greedy or beam search; every hypothesis and its log-probability.
 
@@ -353,6 +398,8 @@ def search(
         prefix_tokens: None, or int32 `(B, P)`, 0-padded, no [END]: each
             hypothesis starts with its sentence's prefix (its tokens count in
             its log-probability and length), then goes on.
+        no_repeat_ngram: above 0, no hypothesis holds an n-gram of this many
+            tokens twice (`without_repeats`).
 
     Returns:
         `(tokens, log_probs)`: int32 `(B, N, max_length)` (`buffer_length` wide
@@ -371,10 +418,10 @@ def search(
     if beam_size > 1:
         done = tf.repeat(empty, beam_size)
         prefix_rows = None if prefix_tokens is None else tf.repeat(prefix_tokens, beam_size, axis=0)
-        return beam_search(step, state, done, max_length, beam_size, length_penalty, buffer_length, prefix_rows)
-    tokens, log_probs = greedy_search(
-        step, state, empty, max_length, buffer_length, with_log_probs, choose, prefix_tokens
-    )
+        settings = (beam_size, length_penalty, buffer_length, prefix_rows, no_repeat_ngram)
+        return beam_search(step, state, done, max_length, *settings)
+    settings = (buffer_length, with_log_probs, choose, prefix_tokens, no_repeat_ngram)
+    tokens, log_probs = greedy_search(step, state, empty, max_length, *settings)
     return tokens[:, None], log_probs[:, None]
 
 

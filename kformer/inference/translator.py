@@ -95,6 +95,9 @@ class Translator(tf.Module):
             same tokens. Beam search uses it up to 64 sentences a batch.
             False runs the plain graph loop (buffers sized to the batch's output
             limit), which TFLite and ONNX convert.
+        no_repeat_ngram: above 0, no translation holds an n-gram of this many
+            tokens twice (greedy and beam; 0: no such rule). Scores stay the
+            model's log-probabilities.
         temperature, top_k, top_p, seed: above temperature 0, draw each token
             instead of taking the most likely (for back-translation), with
             `kformer.Generator`'s sampler (`decoding.sampler`): the same seed
@@ -119,6 +122,7 @@ class Translator(tf.Module):
         max_length=None,
         max_output_ratio=2.0,
         xla=True,
+        no_repeat_ngram=0,
         temperature=0.0,
         top_k=0,
         top_p=1.0,
@@ -144,6 +148,14 @@ class Translator(tf.Module):
             raise ValueError(f"length_penalty must be a finite number, got length_penalty={length_penalty!r}.")
         if length_penalty < 0:
             raise ValueError(f"length_penalty must be 0 or more (0: none), got length_penalty={length_penalty!r}.")
+        if (
+            not isinstance(no_repeat_ngram, numbers.Integral)
+            or isinstance(no_repeat_ngram, bool)
+            or no_repeat_ngram < 0
+        ):
+            raise ValueError(
+                f"no_repeat_ngram must be a whole number, 0 or more, got no_repeat_ngram={no_repeat_ngram!r}."
+            )
         choose = sampler(temperature, top_k, top_p, seed)  # checks the settings
         if temperature > 0 and beam_size > 1:
             raise ValueError(f"sampling (temperature={temperature}) draws one translation: use beam_size=1.")
@@ -155,6 +167,7 @@ class Translator(tf.Module):
         self.use_cache = use_cache
         self.max_length = int(trained.max_length if max_length is None else max_length)
         self.max_output_ratio = float(max_output_ratio)
+        self.no_repeat_ngram = int(no_repeat_ngram)
         self.longest_output = int(self.output_limit(self.max_length))
         self.xla = bool(xla and use_cache)
         self._choose = choose if temperature > 0 else None  # greedy keeps its own argmax
@@ -197,17 +210,30 @@ class Translator(tf.Module):
         return translations, tf.reduce_any(sentences.with_flat_values(stopped), axis=1)
 
     def translate_tokens(self, token_ids):
-        """Ragged int32 `(N, None)`, a sentence's ids a row -> (its translation's ids, ragged `(N, None)`, with
+        """Ragged int32 `(N, None)`, a sentence's ids a row -> (its translation's ids, int32 `(N, T)` with
         [END] and [PAD] among them; bool `(N,)`, whether it stopped at the output limit before [END]).
 
         A sentence over `max_length` tokens is translated in pieces (`pieces`), in one batch with the rest, and
         its pieces' outputs are put end to end (detokenizing drops the reserved ids between them).
         """
-        pieces = self.pieces(token_ids)  # (N, None, None)
-        output = self.translate_ids(padded_tokens(pieces.values))  # (P, T)
-        stopped = ~tf.reduce_any(tf.equal(output, END_ID), axis=1) & (pieces.values.row_lengths() > 0)  # (P,)
-        by_sentence = tf.RaggedTensor.from_row_lengths(output, pieces.row_lengths())  # (N, None, T)
-        return by_sentence.merge_dims(1, 2), tf.reduce_any(pieces.with_values(stopped), axis=1)
+
+        def whole():  # no sentence over the limit: the batch as it is (the pieces' ops cost 10% at batch 1)
+            output = self.translate_ids(padded_tokens(token_ids))
+            return output, self._stopped(output, token_ids.row_lengths())
+
+        def in_pieces():
+            pieces = self.pieces(token_ids)  # (N, None, None)
+            output = self.translate_ids(padded_tokens(pieces.values))  # (P, T)
+            stopped = self._stopped(output, pieces.values.row_lengths())  # (P,)
+            by_sentence = tf.RaggedTensor.from_row_lengths(output, pieces.row_lengths(), validate=False)
+            return by_sentence.merge_dims(1, 2).to_tensor(PAD_ID), tf.reduce_any(pieces.with_values(stopped), 1)
+
+        return tf.cond(tf.reduce_any(token_ids.row_lengths() > self.max_length), in_pieces, whole)
+
+    @staticmethod
+    def _stopped(output, source_lengths):
+        """bool `(B,)`: a row of `output` without [END] whose source was not empty (an empty one ends at once)."""
+        return ~tf.reduce_any(tf.equal(output, END_ID), axis=1) & (source_lengths > 0)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="encoder_tokens")])
     def translate_ids(self, encoder_tokens):
@@ -258,6 +284,7 @@ class Translator(tf.Module):
                 with_log_probs=with_log_probs,
                 choose=self._choose,
                 prefix_tokens=prefix_tokens,
+                no_repeat_ngram=self.no_repeat_ngram,
             )
 
         if not self.xla or prefix_tokens is not None:  # a prefix: the graph loop alone
@@ -296,7 +323,7 @@ class Translator(tf.Module):
         settings = (self.beam_size, self.length_penalty, True, buffer, with_log_probs, self._choose)
 
         def decode_fixed(encoder_tokens, max_length):
-            return search(self.model, encoder_tokens, max_length, *settings)
+            return search(self.model, encoder_tokens, max_length, *settings, no_repeat_ngram=self.no_repeat_ngram)
 
         return tf.function(decode_fixed, input_signature=_FIXED_LOOP, jit_compile=True)
 
