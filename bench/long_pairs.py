@@ -37,9 +37,10 @@ def read_whole(translator, lines, batch_size=64):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True)
+    parser.add_argument("--lines", type=int, default=1000, help="validation lines scored (default: %(default)s)")
     parser.add_argument("models", nargs="+")
     args = parser.parse_args()
-    valid = corpus_splits(args.data, 0, verbose=0)["valid"]
+    valid = corpus_splits(args.data, 0, verbose=0)["valid"][: args.lines]
     sources, references = [s for s, _ in valid], [t for _, t in valid]
     words = sum(len(r.split()) for r in references)
     results = {}
