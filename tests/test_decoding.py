@@ -286,6 +286,7 @@ def test_no_retracing_across_lengths_and_batch_sizes(trained):
     assert translator.__call__.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.slow  # 18 s: writes and reloads a SavedModel
 def test_translator_saves_as_a_savedmodel_signature(trained, tmp_path):
     translator = Translator(trained)
     expected = [t.decode() for t in translator(tf.constant(["a b c", "d e"])).numpy()]

@@ -560,6 +560,7 @@ def untrained_translator_and_its_beams():
     return trained, beam
 
 
+@pytest.mark.slow  # 17 s: a second export
 def test_a_beam_export_writes_a_saved_model_that_decodes_with_beams(tmp_path):
     """The quick check of `export(beam_size=4)` (the slow test below tries every runtime, through the command)."""
     trained, beam = untrained_translator_and_its_beams()

@@ -87,6 +87,7 @@ def test_a_sample_of_the_validation_split_spans_it():
     assert np.mean([len(s) for s in keeper.sources]) == pytest.approx(mean, rel=0.05)
 
 
+@pytest.mark.slow  # 33 s: trains twice
 def test_with_a_moving_average_the_average_is_scored_and_kept():
     trained = copy_task_model()
     model = trained.model

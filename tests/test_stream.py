@@ -177,6 +177,7 @@ def test_kformer_train_streams_a_large_corpus_and_shows_the_time_left(tmp_path, 
     assert "test split:" in printed and "(30 sentences," in printed
 
 
+@pytest.mark.slow  # 30 s: a fresh training process
 def test_a_budget_too_short_to_train_says_so(tmp_path, capsys):
     data = write(tmp_path / "pairs.tsv", corpus_lines(300))
     out = tmp_path / "model"

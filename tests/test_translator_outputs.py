@@ -268,6 +268,7 @@ def test_a_prefix_that_cannot_start_a_translation_is_refused_in_one_sentence(cop
         Translator(copier).translate(["a b", "c"], prefix=prefix)
 
 
+@pytest.mark.slow  # 55 s: a dozen translators, each compiled
 def test_sampling_draws_by_its_seed_and_at_the_limits_is_greedy(hesitant):
     greedy = Translator(hesitant).translate(SOURCES)
     assert Translator(hesitant, temperature=1e-4, seed=3).translate(SOURCES) == greedy
@@ -295,6 +296,7 @@ def test_sampling_settings_out_of_range_are_refused(copier, settings, message):
         Translator(copier, **settings)
 
 
+@pytest.mark.slow  # 20 s: four CLI runs
 def test_kformer_translate_takes_a_prefix_and_sampling_flags(copier, tmp_path, capsys):
     model = tmp_path / "copier"
     copier.save(model)

@@ -77,6 +77,8 @@ def in_pieces(token_ids, most, word_starts):
     word_position = tf.gather(tf.boolean_mask(positions, starts), word)  # its word's first token's position
     piece = word_position * tf.gather(counts, rows) // tf.gather(lengths, rows)  # (F,): within the row
     first_piece = tf.cumsum(counts, exclusive=True)  # (N,): the row's first piece over all rows
-    piece_rows = tf.gather(first_piece, rows) + piece
-    pieces = tf.RaggedTensor.from_value_rowids(flat, piece_rows, tf.reduce_sum(counts), validate=False)
+    piece_rows = tf.gather(first_piece, rows) + piece  # (F,), sorted
+    # Each piece's length as a segment sum (TFLite has no Bincount, which from_value_rowids would use).
+    piece_lengths = tf.math.unsorted_segment_sum(tf.ones_like(piece_rows), piece_rows, tf.reduce_sum(counts))
+    pieces = tf.RaggedTensor.from_row_lengths(flat, piece_lengths, validate=False)
     return tf.RaggedTensor.from_row_lengths(pieces, counts, validate=False)
