@@ -99,6 +99,7 @@ def _tensorboard_epoch_scalars(folder):
     return {tag: [by_step[step] for step in sorted(by_step)] for tag, by_step in values.items()}
 
 
+@pytest.mark.slow  # 25 s: trains, evaluates and translates
 def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
     data = tmp_path / "pairs.tsv"
     lines = _write_letter_pairs(data, "abcdefghijkl", "mnopqrstuvwx", copies=2)  # a few held out
@@ -287,6 +288,7 @@ def test_train_a_decoder_only_language_model_on_plain_text(tmp_path, capsys):
     assert config["kind"] == "language_model" and config["result"]["steps"] == 3
 
 
+@pytest.mark.slow  # 14 s: trains twice
 def test_training_twice_into_one_directory_refuses_then_overwrites(tmp_path, capsys):
     data = tmp_path / "pairs.tsv"
     _write_letter_pairs(data)

@@ -135,6 +135,7 @@ def test_decoding_drops_nothing_in_a_model_built_with_dropout(beam_size):
         )
 
 
+@pytest.mark.slow  # 14 s: compiles greedy and beam loops
 def test_trained_model_copies_with_greedy_and_beam(trained):
     for beam_size in (1, 4):
         translator = Translator(trained, beam_size=beam_size)
@@ -335,7 +336,10 @@ def test_xla_compiles_the_loop_once_per_batch_rows_and_source_bucket(tmp_path):
     assert out.strip().splitlines()[-1] == "[1, 1, 1, 2, 3, 3, 3, 3]"
 
 
-@pytest.mark.parametrize("beam_size", [1, 2, 4])
+@pytest.mark.parametrize(
+    "beam_size",
+    [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)],  # 23 s each
+)
 def test_xla_loop_over_fixed_buffers_gives_the_plain_loops_tokens(random_model, trained, beam_size):
     """Two implementations: caches growing in a graph loop, fixed ones compiled by XLA (batch-padded, bucketed)."""
     for model in (trained.model, random_model):
@@ -350,6 +354,7 @@ def test_xla_loop_over_fixed_buffers_gives_the_plain_loops_tokens(random_model, 
         assert not hasattr(plain, "_decode_compiled")
 
 
+@pytest.mark.slow  # 18 s: compiles several loops
 def test_the_length_penalty_reaches_the_compiled_loop(trained):
     """The Translator's default (XLA) path ranks beams with the length penalty it was given, as the plain loop
     does. On `hesitant_model` the penalty decides the winner: without it [END] at once; with alpha 2, a long

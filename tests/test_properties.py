@@ -81,6 +81,7 @@ def translator():
     return Translator(copy_task_model())
 
 
+@pytest.mark.slow  # 23 s: many random batches through the translator
 @settings(
     max_examples=EXAMPLES["translator"], deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

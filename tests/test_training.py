@@ -157,6 +157,7 @@ def copy_task_batches(batch_size=32, length=5, vocab=12, steps=600, seed=0):
     return source, np.concatenate([start, source], 1), np.concatenate([source, end], 1)
 
 
+@pytest.mark.slow  # 18 s: trains
 def test_a_tiny_model_learns_to_copy():
     keras.utils.set_random_seed(0)
     source, decoder_tokens, labels = copy_task_batches()
