@@ -106,6 +106,9 @@ class Mixture(TrainingStream):
     def __init__(self, parts, weights, seed=0):
         self.parts, self.weights = list(parts), [float(weight) for weight in weights]
         samples = [getattr(part, "sample", part) for part in self.parts]
+        for index, sample in enumerate(samples):
+            if not sample:
+                raise DataError(f"corpus {index + 1} of the mixture has no training pairs; give it more pairs.")
         drawn = random.Random(seed).choices(range(len(samples)), self.weights, k=sum(map(len, samples)))
         taken = [0] * len(samples)
         self.sample = []

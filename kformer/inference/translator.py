@@ -381,6 +381,11 @@ class Translator(tf.Module):
                 stopped += [index for index, flag in zip(batch, cut, strict=True) if flag]
                 continue
             source = padded_tokens(self.source_tokenizer.tokenize(texts))
+            if source.shape[1] > self.max_length:  # read whole, not in pieces: refused, not cut nor run out of memory
+                raise ValueError(
+                    f"a sentence has {source.shape[1]} tokens, more than max_length ({self.max_length}); n_best, "
+                    "with_scores and prefix read each input whole: split it, or translate it without them."
+                )
             prefix_tokens = None if prefix is None else tf.ragged.constant([prefix_ids[i] for i in batch]).to_tensor()
             tokens, log_probs = (x.numpy() for x in self.search_ids(source, prefix_tokens))
             lengths = (tokens != PAD_ID).sum(axis=2)  # (B, N): [END] included

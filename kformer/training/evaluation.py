@@ -4,6 +4,7 @@ import bisect
 import json
 import math
 import time
+import warnings
 
 import keras
 import sacrebleu
@@ -12,7 +13,7 @@ from keras import ops
 from kformer.data.pairs import DataError, check_pairs
 from kformer.data.pipeline import make_dataset
 from kformer.data.text import PAD_ID
-from kformer.inference.translator import Translator
+from kformer.inference.translator import OutputLimitWarning, Translator
 from kformer.model_dir import TrainedModel, write_atomically, write_json
 
 
@@ -105,7 +106,9 @@ def evaluate(trained, pairs, batch_size=64, lowercase=False):
         raise DataError("pairs is empty: give at least one (source, reference) pair to evaluate on.")
     started = time.perf_counter()
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    hypotheses = Translator(trained).translate(sources, batch_size=batch_size)
+    with warnings.catch_warnings():  # an output that stops at the limit scores as it is; the scores tell
+        warnings.simplefilter("ignore", OutputLimitWarning)
+        hypotheses = Translator(trained).translate(sources, batch_size=batch_size)
     result = score(hypotheses, references, lowercase=lowercase)
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["by_length"] = by_length(sources, hypotheses, references, lowercase)
@@ -155,7 +158,9 @@ class BestTranslations(keras.callbacks.Callback):
         if self._translator is None:
             trained = TrainedModel(self.model, *self.tokenizers, {"kind": "translator", "max_length": self.max_length})
             self._translator = Translator(trained, xla=False)  # one trace; XLA would compile per shape
-        return score(self._translator.translate(self.sources), self.references)
+        with warnings.catch_warnings():  # early in training most outputs run to the limit: not worth a warning
+            warnings.simplefilter("ignore", OutputLimitWarning)
+            return score(self._translator.translate(self.sources), self.references)
 
     @property
     def _record_path(self):
