@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 
+import keras
 import numpy as np
 import pytest
 from conftest import REPO, run_fresh_python
@@ -55,7 +56,12 @@ TRAIN_A_FEW_STEPS = """
             ticks, pace = itertools.count(), 0.1 + 0.03 * task
             kformer.training.distribute.time = types.SimpleNamespace(perf_counter=lambda: pace * next(ticks))
             budget = TimeBudget({budget} / 60, schedule=schedule)
-        losses = fit_across_workers(model, shares, {steps}, strategy, budget, log_every=4, verbose=0)["loss"]
+        callbacks = [budget] if budget else []
+        if {stop} and task == 0:  # the chief alone stops the run at its first epoch's end, as EarlyStopping does
+            stop = lambda epoch, logs: setattr(model, "stop_training", True)
+            callbacks.append(keras.callbacks.LambdaCallback(on_epoch_end=stop))
+        history = fit_across_workers(model, shares, -(-{steps} // 4), 4, callbacks, budget, verbose=0)
+        losses = history.history["loss"]
     else:
         losses = model.fit(data, epochs=2, verbose=0).history["loss"]
     np.save(f"weights-{strategy}-{{task}}.npy", np.concatenate([w.ravel() for w in model.get_weights()]))
@@ -71,11 +77,10 @@ TWO_LOGICAL_CPUS = """
 """
 
 
-def training_code(strategy, setup="", batch=16, loop=False, steps=8, budget=None):
+def training_code(strategy, setup="", batch=16, loop=False, steps=8, budget=None, stop=False):
     setup = textwrap.indent(textwrap.dedent(setup), "    ").strip()
-    return textwrap.dedent(
-        TRAIN_A_FEW_STEPS.format(setup=setup, strategy=strategy, batch=batch, loop=loop, steps=steps, budget=budget)
-    )
+    settings = dict(setup=setup, strategy=strategy, batch=batch, loop=loop, steps=steps, budget=budget, stop=stop)
+    return textwrap.dedent(TRAIN_A_FEW_STEPS.format(**settings))
 
 
 def run_training(tmp_path, strategy, setup="", **kwargs):
@@ -140,6 +145,17 @@ def test_two_local_workers_under_a_time_budget_stop_at_one_step_with_the_schedul
     # Together they stop at the first step whose mean reading (0.115 s a step) reaches 15 s: 1 + 131 readings.
     assert results[0]["steps"] == results[1]["steps"] == 132
     assert results[0]["end_rate"] == results[1]["end_rate"] < 0.1  # down near zero at the budget's end, not at 1e9
+    first, second = (np.load(tmp_path / f"weights-multiworker-{task}.npy") for task in (0, 1))
+    np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.slow
+def test_a_callback_that_stops_training_on_the_chief_alone_stops_every_worker_at_that_epochs_end(tmp_path):
+    """EarlyStopping runs on the chief only (it reads the validation scores the chief alone computes): when it
+    stops the run, the other worker stops after the same step, instead of waiting on an all-reduce forever."""
+    results = run_two_workers(tmp_path, training_code("multiworker", loop=True, steps=40, stop=True))
+    assert results[0]["steps"] == results[1]["steps"] == 4  # the first epoch of 4 steps, not 10 epochs
+    assert len(results[0]["loss"]) == len(results[1]["loss"]) == 1
     first, second = (np.load(tmp_path / f"weights-multiworker-{task}.npy") for task in (0, 1))
     np.testing.assert_array_equal(first, second)
 
@@ -260,3 +276,82 @@ def test_two_workers_train_a_language_model_that_only_the_chief_saves(tmp_path):
     assert "perplexity" not in worker and "Saved" not in worker and "the chief saves the language model" in worker
     saved = json.loads((tmp_path / "lm" / "config.json").read_text())
     assert saved["result"]["steps"] == 6, saved["result"]
+
+
+class Calls(keras.callbacks.Callback):
+    """Records every callback call fit makes: (hook, epoch or batch, the logs' keys, the loss given)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __getattribute__(self, name):
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: self._record(name, *args, **kwargs)
+        return super().__getattribute__(name)
+
+    def _record(self, hook, *args, logs=None):  # (epoch or batch, logs), (logs) or ()
+        index = args[0] if args and not isinstance(args[0], dict) else None
+        logs = logs or next((arg for arg in args if isinstance(arg, dict)), {})
+        self.calls.append((hook, index, tuple(sorted(logs)), logs.get("loss"), logs.get("val_loss")))
+
+
+def test_the_loop_for_workers_calls_the_same_callbacks_as_fit_and_ends_as_fit_does():
+    """Under the default strategy, `fit_across_workers` and `model.fit`, from the same weights on the same
+    batches with the same callbacks: the same calls in the same order (every batch's begin and end, each epoch's,
+    train end), the same losses and validation losses, EarlyStopping (patience 1, a baseline no epoch reaches)
+    stopping both after the second of three epochs, and the same weights at the end, the optimizer's moving
+    average (--ema) put into them (without it the weights are the raw ones, far from these)."""
+    import keras
+    import tensorflow as tf
+
+    import kformer
+    from kformer.training.distribute import fit_across_workers
+    from kformer.training.objectives import compile_for_training
+
+    rng = np.random.default_rng(0)
+    source = rng.integers(4, 12, size=(48, 5)).astype("int32")
+    decoder_tokens = np.concatenate([np.full((48, 1), 2, "int32"), source], 1)
+    labels = np.concatenate([source, np.full((48, 1), 3, "int32")], 1)
+    batches = tf.data.Dataset.from_tensor_slices(((source, decoder_tokens), labels)).batch(12)
+    keras.utils.set_random_seed(0)
+    initial = kformer.build_transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32).get_weights()
+    runs = {}
+    for loop in ("fit", "workers"):
+        model = kformer.build_transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0)
+        model.set_weights(initial)
+        compile_for_training(model, 16, warmup_steps=4, jit_compile=False, ema=0.5)
+        calls = Calls()
+        stopper = keras.callbacks.EarlyStopping("val_loss", patience=1, baseline=0.0)
+        callbacks = [calls, stopper]
+        if loop == "fit":
+            model.fit(
+                batches.repeat(),
+                epochs=3,
+                steps_per_epoch=4,
+                validation_data=batches,
+                callbacks=callbacks,
+                verbose=0,
+                shuffle=False,
+            )
+        else:
+            fit_across_workers(
+                model, lambda context: batches.repeat(), 3, 4, callbacks, validation_data=batches, verbose=0
+            )
+        # Not the key biases: the softmax ignores a constant added to every score, so their gradient is zero
+        # but for float rounding, which Adam's normalised steps turn into noise the size of the learning rate.
+        runs[loop] = calls.calls, [w.numpy() for w in model.weights if not w.path.endswith("key_bias")]
+
+    (fit_calls, fit_weights), (calls, weights) = runs["fit"], runs["workers"]
+    assert [call[:2] for call in calls] == [call[:2] for call in fit_calls]
+    assert [call[1] for call in calls if call[0] == "on_epoch_end"] == [0, 1]  # stopped after the second
+    for (hook, _, keys, loss, val_loss), (_, _, fit_keys, fit_loss, fit_val_loss) in zip(calls, fit_calls, strict=True):
+        assert set(keys) <= set(fit_keys)  # fit adds its compiled metrics (accuracy); the loop logs the loss
+        if hook in ("on_train_batch_end", "on_epoch_end"):
+            assert loss == pytest.approx(fit_loss, rel=1e-5), hook
+        if hook == "on_test_end":
+            assert loss == pytest.approx(fit_loss, rel=1e-5)
+        if hook == "on_epoch_end":
+            assert "val_loss" in keys and val_loss == pytest.approx(fit_val_loss, rel=1e-5)
+    for got, expected in zip(weights, fit_weights, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)

@@ -336,6 +336,55 @@ def test_same_seed_same_weights(tmp_path):
     assert not any(np.array_equal(a, b) for a, b in zip(first.get_weights(), other.get_weights(), strict=True))
 
 
+def test_a_callback_of_your_own_runs_at_each_step_and_its_error_stops_the_run_with_the_backup_kept(tmp_path):
+    """`train_translator(..., callbacks=[...])`: the user's callback sees every step; when it raises, the run
+    stops with its error (not a message of kformer's), nothing looks finished, and the same call resumes from
+    the backup's last copy (every 3 steps)."""
+    import keras
+
+    from kformer.data.corpus import builtin_splits
+    from kformer.training.jobs import train_translator
+
+    class Tracker(keras.callbacks.Callback):
+        def __init__(self, fail_at=None):
+            super().__init__()
+            self.steps, self.fail_at = [], fail_at
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps.append(int(self.model.optimizer.iterations.numpy()))
+            if self.steps[-1] == self.fail_at:
+                raise ConnectionError("the tracking server did not answer")
+
+    splits, out = builtin_splits(), tmp_path / "run"
+    config = TrainingConfig(**SMALL_SETTINGS, epochs=1, steps_per_epoch=10, backup_steps=3, jit_compile=False)
+    failing = Tracker(fail_at=7)
+    with pytest.raises(ConnectionError, match="the tracking server did not answer"):
+        train_translator(splits, out, config, verbose=0, callbacks=[failing])
+    assert failing.steps == [1, 2, 3, 4, 5, 6, 7]
+    assert saved_state(out)["step"] == 6 and not (out / "config.json").exists()
+    working = Tracker()
+    result = train_translator(splits, out, config, verbose=0, callbacks=[working]).config["result"]
+    assert result["resumed_from"] == 6 and working.steps[0] == 7
+
+
+def test_the_backup_saves_at_every_multiple_of_its_steps_as_the_checkpoint_average_takes_them(tmp_path, monkeypatch):
+    """--backup-steps 4 over two 10-step epochs: copies at steps 4, 8, 12, 16 and 20 (the optimizer's steps, those
+    `CheckpointAverage` takes its checkpoints at), and at each epoch's end; not at the 4th batch of each epoch."""
+    from kformer.data.corpus import builtin_splits
+    from kformer.training.jobs import train_translator
+
+    saved, save = [], Backup.save
+
+    def counted(self, epoch):
+        saved.append(int(self.model.optimizer.iterations.numpy()))
+        save(self, epoch)
+
+    monkeypatch.setattr(Backup, "save", counted)
+    config = TrainingConfig(**SMALL_SETTINGS, epochs=2, steps_per_epoch=10, backup_steps=4, jit_compile=False)
+    train_translator({"train": builtin_splits()["train"]}, tmp_path / "run", config, verbose=0)
+    assert sorted(set(saved)) == [4, 8, 10, 12, 16, 20]
+
+
 @pytest.fixture(scope="module")
 def run_whose_last_save_failed(tmp_path_factory):
     """A 5-step run whose final save meets a full disk: (its model directory, exit status, stderr).
@@ -375,20 +424,18 @@ def test_a_disk_that_fills_while_saving_leaves_a_resumable_run_not_a_finished_on
     assert saved_state(out)["epoch"] == 1  # the run is still there to finish once there is room
 
 
-def train_until_ctrl_c(splits, out, config, ctrl_c, monkeypatch):
-    """The training job with the callback `ctrl_c` first among its own, which must interrupt it (SIGINT)."""
+def train_until_ctrl_c(splits, out, config, ctrl_c):
+    """The training job with the callback `ctrl_c` of the user's, which must interrupt it (SIGINT): it runs
+    before the backup, which sees the signal at the same step."""
     from kformer.training import jobs
     from kformer.training.callbacks import TrainingInterrupted
 
-    with monkeypatch.context() as patch:
-        callbacks = jobs._callbacks
-        patch.setattr(jobs, "_callbacks", lambda *args: [ctrl_c, *callbacks(*args)])
-        with pytest.raises(TrainingInterrupted):
-            jobs.train_translator(splits, out, config, verbose=0)
+    with pytest.raises(TrainingInterrupted):
+        jobs.train_translator(splits, out, config, verbose=0, callbacks=[ctrl_c])
 
 
 @pytest.mark.slow
-def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_on(tmp_path, monkeypatch):
+def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_on(tmp_path):
     """Ctrl-C as the first of two epochs ends, then the same job again: the resumed run reads past the batches
     it trained on, so its second epoch is the uninterrupted run's, loss for loss and weight for weight (read
     from the start again, it would train on the first epoch's batches twice)."""
@@ -408,7 +455,7 @@ def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_
 
     clean = jobs.train_translator(splits, tmp_path / "clean", config, verbose=0).model
     out = tmp_path / "resumed"
-    train_until_ctrl_c(splits, out, config, CtrlC(), monkeypatch)
+    train_until_ctrl_c(splits, out, config, CtrlC())
     assert saved_state(out)["step"] == 10
     resumed = jobs.train_translator(splits, out, config, verbose=0).model
     assert int(resumed.optimizer.iterations.numpy()) == 20
@@ -417,7 +464,7 @@ def test_a_run_resumed_after_ctrl_c_goes_on_with_the_batches_it_had_not_trained_
 
 
 @pytest.mark.slow
-def test_a_run_resumed_in_the_middle_of_an_epoch_goes_on_from_the_next_batch(tmp_path, monkeypatch):
+def test_a_run_resumed_in_the_middle_of_an_epoch_goes_on_from_the_next_batch(tmp_path):
     """Ctrl-C after step 5 of a 10-step epoch, then the same job again: the resumed run reads past the 5
     batches it trained on and goes on with the 6th. Keras reruns the cut epoch whole, so it trains 5 + 20
     steps: on the paper's schedule (which does not depend on the run's length) and with no dropout, its
@@ -437,7 +484,7 @@ def test_a_run_resumed_in_the_middle_of_an_epoch_goes_on_from_the_next_batch(tmp
 
     config = TrainingConfig(**settings, epochs=2, steps_per_epoch=10)
     out = tmp_path / "resumed"
-    train_until_ctrl_c(train, out, config, CtrlC(), monkeypatch)
+    train_until_ctrl_c(train, out, config, CtrlC())
     assert (saved_state(out)["step"], saved_state(out)["epoch"]) == (5, 0)
     resumed = jobs.train_translator(train, out, config, verbose=0).model
     assert int(resumed.optimizer.iterations.numpy()) == 25

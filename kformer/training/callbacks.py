@@ -35,6 +35,9 @@ class TimeBudget(keras.callbacks.Callback):
             Keras's progress bar, whose epochs mean little under a budget):
             1 redraws one line on a terminal, 2 prints a line every 5% of the budget;
             both print one at each epoch's end (a run always ends at one).
+
+    Under several workers (`fit_across_workers`) it goes by `shared_seconds`,
+    the workers' mean clock, which the loop sets before each step's end.
     """
 
     def __init__(self, minutes, spent_seconds=0.0, schedule=None, window=200, verbose=0):
@@ -49,6 +52,7 @@ class TimeBudget(keras.callbacks.Callback):
         self.verbose = verbose
         self._times = collections.deque(maxlen=window)
         self._shown = -1.0
+        self.shared_seconds = None
 
     def on_train_begin(self, logs=None):
         self._began = time.perf_counter()
@@ -67,7 +71,8 @@ class TimeBudget(keras.callbacks.Callback):
             self.first_step_seconds = now - self._began
             self._start = now - self.elapsed
         done = int(self.model.optimizer.iterations.numpy())
-        if self.step_done(done, now - self._start):
+        elapsed = now - self._start if self.shared_seconds is None else self.shared_seconds
+        if self.step_done(done, elapsed):
             self.model.stop_training = True
         self._show(done, logs)
 
@@ -210,11 +215,20 @@ class Backup(keras.callbacks.Callback):
 
     Args:
         directory: where the copy lives (created when first needed).
-        every_steps: steps between copies, besides each epoch's end.
+        every_steps: steps between copies (at each multiple of it, counted as
+            `CheckpointAverage` counts them: the optimizer's steps), besides
+            each epoch's end.
+        write: False on the workers of a cluster that are not its chief:
+            they guard the run and read the copy, but never write it.
+
+    Under several workers (`fit_across_workers`) a worker stops only when all
+    do: the loop sets `shared_interrupted` before each step's end, whether
+    any of them was interrupted, which it goes by instead of its own signal.
     """
 
-    def __init__(self, directory, every_steps=500):
+    def __init__(self, directory, every_steps=500, write=True):
         super().__init__()
+        self.write = write
         self.directory = Path(directory)
         self.every_steps = every_steps
         self.epoch = 0
@@ -222,6 +236,7 @@ class Backup(keras.callbacks.Callback):
         self.restored_step = None  # the step a resumed run goes on from
         self._interrupted = False
         self._started = None
+        self.shared_interrupted = None
 
     @property
     def _state_path(self):
@@ -298,20 +313,24 @@ class Backup(keras.callbacks.Callback):
             )
         if self._first_step:  # the time spent counts from here, as `TimeBudget`'s does
             self._started, self._first_step = time.perf_counter() - self.seconds, False
-        if self._interrupted:
+        if self._told():
             self._stop(self.epoch)
-        if (batch + 1) % self.every_steps == 0:
+        if int(self.model.optimizer.iterations.numpy()) % self.every_steps == 0:
             self.save(self.epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         self.save(epoch + 1)
-        if self._interrupted:
+        if self._told():
             self._stop(epoch + 1)
 
     @property
     def interrupted(self):
         """Whether Ctrl-C or SIGTERM came (inside `guard_interrupts`)."""
         return self._interrupted
+
+    def _told(self):
+        """Whether to save and stop here: after Ctrl-C or SIGTERM, or under several workers, once any of them was."""
+        return self._interrupted if self.shared_interrupted is None else self.shared_interrupted
 
     def _stop(self, epoch):
         self.save(epoch)
@@ -331,8 +350,8 @@ class Backup(keras.callbacks.Callback):
         return json.loads(self._state_path.read_text())["step"]
 
     def save(self, epoch):
-        """Writes the copy, unless a weight is not finite (then the last good copy stays)."""
-        if not all(bool(tf.reduce_all(tf.math.is_finite(w))) for w in self.model.trainable_weights):
+        """Writes the copy, unless a weight is not finite (then the last good copy stays), where it `write`s."""
+        if not self.write or not all(bool(tf.reduce_all(tf.math.is_finite(w))) for w in self.model.trainable_weights):
             return
         self.seconds = time.perf_counter() - self._started
         step = int(self.model.optimizer.iterations.numpy())

@@ -122,8 +122,6 @@ class TrainingConfig:
             raise ConfigError("schedule", f"is one of {', '.join(SCHEDULES)}", self.schedule)
         if self.strategy not in STRATEGIES:
             raise ConfigError("strategy", f"is one of {', '.join(STRATEGIES)}", self.strategy)
-        if self.average and self.strategy == "multiworker":
-            raise ConfigError("average", "is not run by the multiworker strategy's training loop")
 
     def model_settings(self):
         settings = {

@@ -2,10 +2,10 @@
 
 model.fit in Keras 3.15 cannot drive MultiWorkerMirroredStrategy (its
 first-batch build and metric reduction fail: keras-team/keras#20585), so
-`fit_across_workers` is the plain distributed loop fit would run: each
-worker's replica computes the loss (already divided by the replica count)
-and its gradients, the optimizer all-reduces them, and the summed loss is
-the global mean.
+`fit_across_workers` is the plain distributed loop fit would run, calling
+the same callbacks the same way: each worker's replica computes the loss
+(already divided by the replica count) and its gradients, the optimizer
+all-reduces them, and the summed loss is the global mean.
 
 Every worker must stop at the same step (a worker still waiting on an
 all-reduce that the others left fails), so each step all-reduces, with the
@@ -15,9 +15,9 @@ drift apart) and whether any of them was told to stop. As under
 `TimeBudget`, the clocks start when the first step ends.
 """
 
-import contextlib
 import time
 
+import keras
 import tensorflow as tf
 
 from kformer.training.callbacks import WorkerLost
@@ -49,81 +49,100 @@ def make_strategy(name="default"):
 
 
 def fit_across_workers(
-    model, datasets, steps, strategy, budget=None, backup=None, chief=True, callbacks=(), log_every=100, verbose=1
-):
-    """Trains a compiled model for `steps` batches under MultiWorkerMirroredStrategy (see the module docstring).
+    model, datasets, epochs, steps_per_epoch, callbacks, budget=None, backup=None, initial_step=0,
+    validation_data=None, verbose=1,
+):  # fmt: skip
+    """`model.fit` for MultiWorkerMirroredStrategy: its loop and callback protocol (see the module docstring).
+
+    The `callbacks` are called as `fit` calls them: train begin; each epoch's
+    begin; each batch's begin and end, with {"loss": the epoch's mean loss so
+    far over every worker}; given `validation_data`, the test calls of
+    `evaluate`, on this worker alone; each epoch's end, with "val_loss" too
+    (weighed as `evaluate` weighs it: by sequences); then the optimizer's moving average (`--ema`) put into the
+    weights, and train end. Each worker runs its own list: the chief's write
+    files, the others' must not.
 
     Each worker reads its own share of the data: `datasets(input_context)`
-    runs on every worker and makes the batches of that worker's share
-    (`input_context.input_pipeline_id` of `num_input_pipelines`), each of
-    `input_context.get_per_replica_batch_size(global batch)` sequences.
+    makes the batches of share `input_context.input_pipeline_id` of
+    `num_input_pipelines`, each of `get_per_replica_batch_size(global batch)`
+    sequences. A run resumed at `initial_step` goes on in the middle of its
+    epoch, each worker first reading past the batches its share gave before.
 
-    Args:
-        budget: a `TimeBudget`, or None.
-        backup: a `Backup` in a directory every worker can read (as Keras's
-            BackupAndRestore asks), or None. The run goes on from where it
-            was restored (`Backup.restore`, on every worker, before this):
-            each worker skips the batches its share gave before, so a
-            resumed run trains on the batches an uninterrupted one would.
-            The chief writes it every `backup.every_steps` steps and at
-            the end of every `log_every` steps (an epoch). Ctrl-C or SIGTERM on any worker
-            stops every worker after the same step, with the copy saved, and
-            raises `TrainingInterrupted` on each.
-        chief: whether this worker writes the backup and runs `callbacks`.
-        callbacks: Keras callbacks run on the chief: `on_train_begin`,
-            `on_epoch_end` every `log_every` steps and when the budget ends
-            the run (the others wait at the next step's all-reduce), and
-            `on_train_end`; such as the keeper of the best validation
-            translations, then a CSVLogger (which logs what the keeper added).
+    Every worker stops after the same step. Each step's all-reduce, besides
+    the loss, gives every worker the workers' mean clock, which `budget` (a
+    `TimeBudget` among the callbacks) goes by, and whether any worker was
+    interrupted: then each worker's `backup` (a `Backup` among them) saves,
+    on the chief, and stops. At each epoch's end the workers agree whether a
+    callback of any of them (such as the chief's EarlyStopping) stopped training.
 
     Returns:
-        {"loss": [mean loss of each logged span (a span a restart cut
-        short: of the steps after it)], "steps": steps run,
-        "first_step_seconds": how long the first step took}.
+        The `keras.callbacks.History` of the run.
     """
-    done, spent = 0, 0.0
-    if backup is not None:  # restored already, if there was a run to resume
-        backup.set_model(model)
-        done, spent = backup.restored_step or 0, backup.seconds
-        backup.on_train_begin()
+    strategy, history = model.distribute_strategy, keras.callbacks.History()
 
     def resumed(context):  # each of a worker's replicas took a batch of its share a step
-        return datasets(context).skip(done * context.num_replicas_in_sync // context.num_input_pipelines)
+        return datasets(context).skip(initial_step * context.num_replicas_in_sync // context.num_input_pipelines)
 
     iterator, train_step = iter(strategy.distribute_datasets_from_function(resumed)), _train_step(model, strategy)
-    callbacks = list(callbacks) if chief else []
-    for callback in callbacks:
-        callback.set_model(model)
-        callback.on_train_begin()
-    began, started, first_step = time.perf_counter(), None, None
-    losses, span, step = [], [], done
-    guard = backup.guard_interrupts() if backup is not None else contextlib.nullcontext()
-    with guard:
-        for step in range(done + 1, steps + 1):
+    hooks = keras.callbacks.CallbackList(
+        [*callbacks, history], add_progbar=verbose != 0, verbose=verbose, epochs=epochs, steps=steps_per_epoch
+    )
+    hooks.set_model(model)
+    model.stop_training = False
+    hooks.on_train_begin()
+    spent, started, step, logs = (backup.seconds if backup else 0.0), None, initial_step, {}
+    for epoch in range(initial_step // steps_per_epoch, epochs):
+        hooks.on_epoch_begin(epoch)
+        losses = []
+        for batch in range(step - epoch * steps_per_epoch, steps_per_epoch):
+            hooks.on_train_batch_begin(batch)
             told = float(backup is not None and backup.interrupted)
             clock = spent if started is None else spent + time.perf_counter() - started
             try:
-                loss, elapsed, stop_told = train_step(next(iterator), tf.constant([clock, told], tf.float32)).numpy()
+                loss, elapsed, any_told = train_step(next(iterator), tf.constant([clock, told], tf.float32)).numpy()
             except _LOST_PEER as error:
-                raise _worker_lost(step, backup, error) from None
+                raise _worker_lost(step + 1, backup, error) from None
             if started is None:  # the clock starts when the first step (tracing, the first batches) ends
                 started = time.perf_counter()
-                first_step = started - began
-            span.append(float(loss))
-            stop = budget is not None and budget.step_done(int(model.optimizer.iterations.numpy()), float(elapsed))
-            epoch_ends = step % log_every == 0 or step == steps or stop  # as fit ends an epoch the budget cut short
-            if epoch_ends or stop_told:
-                losses.append(_end_span(span, step, steps, log_every, callbacks if epoch_ends else [], verbose))
-                span = []
-            if backup is not None and chief and (step % backup.every_steps == 0 or step % log_every == 0 or stop_told):
-                backup.save(step // log_every)
-            if stop_told:
-                raise backup.interruption()
-            if stop:
+            step += 1
+            losses.append(float(loss))
+            if budget is not None:
+                budget.shared_seconds = float(elapsed)
+            if backup is not None:
+                backup.shared_interrupted = bool(any_told)
+            logs = {"loss": sum(losses) / len(losses)}
+            hooks.on_train_batch_end(batch, logs)
+            if model.stop_training:
                 break
-    for callback in callbacks:
-        callback.on_train_end()
-    return {"loss": losses, "steps": step, "first_step_seconds": first_step}
+        if validation_data is not None:
+            logs = {**logs, "val_loss": _validation_loss(model, validation_data, hooks)}
+        hooks.on_epoch_end(epoch, logs)
+        if _any_worker(strategy, model.stop_training):
+            break
+    model.optimizer.finalize_variable_values(model.trainable_weights)
+    hooks.on_train_end(logs)
+    return history
+
+
+def _validation_loss(model, data, hooks):
+    """The compiled loss over `data` on this worker alone, each batch weighed by its sequences, as `evaluate`
+    gives it to fit, with the `hooks`' test calls that `evaluate` makes."""
+    total = count = 0.0
+    hooks.on_test_begin()
+    for batch, (inputs, labels) in enumerate(data):
+        hooks.on_test_batch_begin(batch)
+        sequences = float(tf.shape(labels)[0])
+        total += sequences * float(model.loss(labels, model(inputs, training=False)))
+        count += sequences
+        hooks.on_test_batch_end(batch, {"loss": total / count})
+    hooks.on_test_end({"loss": total / count})
+    return total / count
+
+
+def _any_worker(strategy, flag):
+    """Whether `flag` is true on any worker: each worker calls it at the same point, as an all-reduce."""
+    votes = strategy.run(lambda: tf.constant(float(flag) / strategy.num_replicas_in_sync))
+    return bool(strategy.reduce("SUM", votes, axis=None).numpy() > 0)
 
 
 def _worker_lost(step, backup, error):
@@ -139,17 +158,6 @@ def _worker_lost(step, backup, error):
         f"another worker stopped answering at step {step:,} ({type(error).__name__}: {cause}): it was killed, "
         f"or it failed and its own output says why; {where}"
     )
-
-
-def _end_span(losses, step, steps, log_every, callbacks, verbose):
-    """The mean of a span's `losses`, shown, and given to the `callbacks`' `on_epoch_end` (those of an epoch's end)."""
-    logs = {"loss": sum(losses) / len(losses)}
-    for callback in callbacks:
-        callback.on_epoch_end((step - 1) // log_every, logs)
-    if verbose:
-        shown = " - ".join(f"{name} {value:.4f}" for name, value in logs.items())
-        print(f"step {step}/{steps} - {shown}", flush=True)
-    return logs["loss"]
 
 
 def _train_step(model, strategy):

@@ -160,10 +160,15 @@ def _build(strategy, config, builder, vocab_sizes, steps_per_epoch, weights=None
     return model, schedule
 
 
-def _callbacks(out, config, keeper, budget, backup, average):
-    """The average first (the keeper judges it at the end), the keeper next (EarlyStopping and the logs read
-    the val_chrf it adds), the backup last."""
+def _callbacks(out, config, keeper, budget, backup, average, chief, own):
+    """What runs at each step, in this order, under every strategy: the average first (the keeper judges it at the
+    end), the keeper next (EarlyStopping and the logs read the val_chrf it adds), the logs, the user's `own`, the
+    budget, the backup last (an epoch is logged before a Ctrl-C stops the run there). The workers of a cluster
+    that are not its chief run only the budget and the backup, which all of them must agree on."""
+    if not chief:
+        return [callback for callback in (budget, backup) if callback is not None]
     training_dir = out / "training"
+    training_dir.mkdir(parents=True, exist_ok=True)  # for the CSVLogger, whichever callback opens its file first
     callbacks = [average] if average is not None else []
     if keeper is not None:
         baseline = keeper.best if keeper.best >= 0 else None  # resumed: the best chrF from before the restart
@@ -172,10 +177,11 @@ def _callbacks(out, config, keeper, budget, backup, average):
     callbacks += [
         keras.callbacks.CSVLogger(str(training_dir / "history.csv"), append=True),
         TensorBoard(str(training_dir / "logs"), update_freq=100),
+        *own,
     ]
     if budget is not None:
         callbacks.append(budget)
-    return callbacks + [backup]  # last: an epoch is logged before a Ctrl-C stops the run there
+    return callbacks + [backup]
 
 
 def _epochs(config):
@@ -183,9 +189,11 @@ def _epochs(config):
     return config.epochs or (10_000 if config.minutes else 10)
 
 
-def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper=None):
-    """model.fit under the epoch count or the wall-clock budget; returns (history, summary)."""
-    backup = Backup(out / "training" / "backup", config.backup_steps)
+def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper=None, own=()):
+    """model.fit under the epoch count or the wall-clock budget, or under the multiworker strategy its twin
+    `fit_across_workers`, with the same callbacks and the user's `own`; returns (history, summary)."""
+    chief, across_workers = is_chief(config), config.strategy == "multiworker"
+    backup = Backup(out / "training" / "backup", config.backup_steps, write=chief)
     try:
         initial_epoch = backup.restore(model)
     except DamagedBackup as error:
@@ -198,20 +206,18 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             f"{out}: holds an interrupted run of a model of another shape; resume it with the settings it "
             "was started with, or choose another --out."
         ) from None
-    if is_chief(config):  # the epochs from initial_epoch on run again (all of them in a new run)
+    if chief:  # the epochs from initial_epoch on run again (all of them in a new run)
         forget_epochs(out / "training" / "history.csv", initial_epoch)
-    if config.strategy == "multiworker":
-        return _fit_across_workers(model, schedule, train, steps_per_epoch, out, config, verbose, backup, keeper)
     if backup.restored_step is not None:
-        if isinstance(schedule, BudgetSchedule) and not config.minutes:
-            # Keras reruns the interrupted epoch whole: the schedule ends where this run will, not at
+        if isinstance(schedule, BudgetSchedule) and not config.minutes and not across_workers:
+            # fit reruns the interrupted epoch whole: the schedule ends where this run will, not at
             # epochs x steps_per_epoch, or the rerun steps past that would train at rate zero.
             remaining = (_epochs(config) - initial_epoch) * steps_per_epoch
             schedule.total_steps.assign(float(backup.restored_step + remaining))
         if keeper is not None:
             keeper.resume()
-        # The data goes on where it was: the batches trained on are read and skipped, not trained on again.
-        train = train.skip(backup.restored_step)
+        if not across_workers:  # the data goes on where it was: the batches trained on are read and skipped
+            train = train.skip(backup.restored_step)  # (fit_across_workers skips in each worker's share)
         if verbose:
             print(
                 f"Resuming the interrupted run in {out}: step {backup.restored_step:,}, epoch {initial_epoch + 1} "
@@ -222,20 +228,31 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
     shown = verbose if budget_only else 0
     budget = TimeBudget(config.minutes, backup.seconds, schedule, verbose=shown) if config.minutes else None
     average = CheckpointAverage(config.average, config.backup_steps, keeper) if config.average else None
+    callbacks = _callbacks(out, config, keeper, budget, backup, average, chief, own)
+    shown = 0 if budget_only else verbose
     started = time.perf_counter()
     with backup.guard_interrupts():
-        history = model.fit(
-            train,
-            validation_data=valid,
-            epochs=_epochs(config),
-            initial_epoch=initial_epoch,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=_callbacks(out, config, keeper, budget, backup, average),
-            shuffle=False,  # the dataset shuffles itself
-            verbose=0 if budget_only else verbose,
-        )
+        if across_workers:
+            valid = valid if chief else None
+            at = backup.restored_step or 0
+            history = fit_across_workers(
+                model, train, _epochs(config), steps_per_epoch, callbacks, budget, backup, at, valid, shown
+            )
+        else:
+            history = model.fit(
+                train,
+                validation_data=valid,
+                epochs=_epochs(config),
+                initial_epoch=initial_epoch,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=callbacks,
+                shuffle=False,  # the dataset shuffles itself
+                verbose=shown,
+            )
     seconds = time.perf_counter() - started
-    epochs = history.history if backup.restored_step is None else whole_history(out / "training" / "history.csv")
+    # The chief's record covers the epochs before a restart too; the other workers know only their own.
+    resumed = backup.restored_step is not None and chief
+    epochs = whole_history(out / "training" / "history.csv") if resumed else history.history
     summary = _summary(
         model, epochs, seconds, "epochs or early stopping", config, budget, budget and budget.first_step_seconds
     )
@@ -243,42 +260,6 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         summary["resumed_from"] = backup.restored_step
     if average is not None and average.chrf is not None:
         summary["val_chrf_average"] = average.chrf
-    _report(summary, epochs, out, verbose)
-    return history, summary
-
-
-def _fit_across_workers(model, schedule, datasets, steps_per_epoch, out, config, verbose, backup, keeper):
-    """`fit_across_workers`, resumed from `backup` (restored) and writing it, with history.csv, on the chief,
-    where the `keeper` translates the validation pairs at each epoch's end."""
-    chief, history_csv = is_chief(config), out / "training" / "history.csv"
-    if chief:
-        history_csv.parent.mkdir(parents=True, exist_ok=True)  # for the CSVLogger (fit's TensorBoard makes it)
-    if backup.restored_step is not None:
-        if keeper is not None:
-            keeper.resume()
-        if verbose:
-            print(f"Resuming the interrupted run in {out}: step {backup.restored_step:,}.", flush=True)
-    started = time.perf_counter()
-    steps = steps_per_epoch * _epochs(config)
-    budget = TimeBudget(config.minutes, backup.seconds, schedule) if config.minutes else None
-    history = fit_across_workers(
-        model,
-        datasets,
-        steps,
-        model.distribute_strategy,
-        budget,
-        backup,
-        chief=chief,
-        callbacks=([keeper] if keeper is not None else []) + [keras.callbacks.CSVLogger(str(history_csv), append=True)],
-        log_every=steps_per_epoch,
-        verbose=verbose,
-    )
-    # The chief's record covers the epochs before a restart too; the other workers know their own spans.
-    epochs = whole_history(history_csv) if chief and history_csv.is_file() else {"loss": history["loss"]}
-    seconds = time.perf_counter() - started
-    summary = _summary(model, epochs, seconds, "epochs", config, budget, history["first_step_seconds"])
-    if backup.restored_step is not None:
-        summary["resumed_from"] = backup.restored_step
     _report(summary, epochs, out if chief else None, verbose)
     return history, summary
 
@@ -464,7 +445,7 @@ def _starting_point(config, out):
     return base, config
 
 
-def train_translator(splits, out, config=None, verbose=1, overwrite=False):
+def train_translator(splits, out, config=None, verbose=1, overwrite=False, callbacks=()):
     """Trains an encoder-decoder translator and saves its model directory.
 
     Args:
@@ -476,6 +457,11 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
             and its vocabularies: fine-tuning.
         overwrite: train a new model over a finished one in `out` (otherwise
             that is refused: `ModelDirectoryError`).
+        callbacks: your own Keras callbacks (such as Weights & Biases' or
+            MLflow's), run after kformer's logs and before its time budget
+            and backup, under every strategy (on the chief of a cluster).
+            One that raises stops the run with its error; the backup keeps
+            the run to that step's last copy.
 
     Returns:
         The `TrainedModel`, also saved under `out`.
@@ -496,10 +482,10 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False):
     out = Path(out)
     with _claim(out, overwrite, config):
         base, config = _starting_point(config, out)
-        return _train("translator", train_pairs, valid_pairs, out, config, verbose, base)
+        return _train("translator", train_pairs, valid_pairs, out, config, verbose, base, callbacks)
 
 
-def train_language_model(lines, out, config=None, verbose=1, overwrite=False, valid_lines=()):
+def train_language_model(lines, out, config=None, verbose=1, overwrite=False, valid_lines=(), callbacks=()):
     """Trains the decoder-only (GPT-style) model on lines of text with the same recipe.
 
     Each line becomes [START] + tokens -> tokens + [END]. Writes a model
@@ -507,6 +493,7 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False, va
     "language_model") that `kformer.load` and `kformer.Generator` read.
     Given `valid_lines` (held-out text), the result holds the model's
     perplexity on them, `val_perplexity` (see `evaluation.perplexity`).
+    `callbacks`: your own Keras callbacks, as `train_translator` runs them.
 
     Returns:
         The `TrainedModel` (its `source_tokenizer` is None), also saved under `out`.
@@ -520,10 +507,11 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False, va
         if isinstance(valid_lines, (str, bytes)) or not all(isinstance(line, str) for line in valid_lines):
             raise DataError("valid_lines must be a list of strings, one held-out line each.")
         valid_pairs = [("", line) for line in valid_lines]
-        return _train("language_model", [("", line) for line in lines], valid_pairs, out, config, verbose)
+        pairs = [("", line) for line in lines]
+        return _train("language_model", pairs, valid_pairs, out, config, verbose, callbacks=callbacks)
 
 
-def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
+def _train(kind, pairs, valid_pairs, out, config, verbose, base=None, callbacks=()):
     """The training sequence both jobs share: vocabularies, model, data, fit, model directory.
 
     `kind` is "translator" or "language_model"; `base` the `TrainedModel` to start from (--init-from).
@@ -571,7 +559,7 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None):
                 flush=True,
             )
         try:
-            _, summary = _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper)
+            _, summary = _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper, callbacks)
         except tf.errors.OpError:
             if getattr(pairs, "error", None):  # a bad line deep in a stream: the backup keeps the run so far
                 raise DataError(f"{pairs.error} Fix it and run the same command again to resume.") from None
