@@ -16,9 +16,10 @@ The package, lowest first (nothing imports a package above it):
     cli.py      `kformer ...`
 
 `import kformer` loads Keras (and TensorFlow, its backend) and registers every
-Keras object kformer defines (layers, models, the loss, the metric, the
+Keras object the package defines (layers, models, the loss, the metric, the
 learning-rate schedules), so `keras.saving.load_model` reads a `.keras` file
-of kformer layers in any import order. The rest (`kformer.Translator`,
+of kformer layers in any import order. The course's stage models register
+when `kformer.teaching` is imported, as the notebooks do. The rest (`kformer.Translator`,
 `kformer.train_translator`, ...) loads on first use. It changes no global
 state besides defaulting KERAS_BACKEND to "tensorflow", the only backend
 kformer runs on.
@@ -85,7 +86,6 @@ def register_keras_objects():
     importlib.import_module("kformer.layers")
     importlib.import_module("kformer.model")
     importlib.import_module("kformer.training.objectives")
-    importlib.import_module("kformer.teaching.mvp")  # the course's stage models
 
 
 def _started_as_command():

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
+from conftest import run_fresh_python, to_numpy
 from keras import ops
 
 import kformer
@@ -271,6 +271,19 @@ def test_stage_scores_count_twins_sentences_and_verbs_as_documented(monkeypatch)
         "verb number": pytest.approx(4 / 6),  # duermen, nada, salta, durmieron as their subjects; not comen, durmió
         "ends in a verb": pytest.approx(6 / 7),
     }
+
+
+def test_a_saved_stage_loads_in_a_fresh_process_once_kformer_teaching_is_imported(tmp_path):
+    """The stage models register with `kformer.teaching` (as the notebooks import it), not with `import kformer`."""
+    path = tmp_path / "stage_2.keras"
+    mvp.build_mvp(2, 20, 20, d_model=16).save(path)  # stage 2: DotProductSelfAttention, the course's own layer
+    code = f"""
+    import sys, keras, kformer
+    print("kformer.teaching" in sys.modules)
+    import kformer.teaching
+    print(type(keras.saving.load_model({str(path)!r}).get_layer("attention")).__name__)
+    """
+    assert run_fresh_python(code, tmp_path).split() == ["False", "DotProductSelfAttention"]
 
 
 def test_train_stage_seeds_keras_with_stage_plus_ten_times_seed(tiny_corpus):
