@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_fresh_python, to_numpy
+from conftest import REPO, run_fresh_python, to_numpy
 
 from kformer import MaskedAccuracy, MaskedSparseCrossEntropy, TransformerSchedule, build_transformer
 from kformer.data.text import END_ID, START_ID
@@ -326,3 +326,24 @@ def test_under_two_replicas_each_replicas_loss_is_its_mean_halved(tmp_path):
     assert losses == pytest.approx([mean / 2 for mean in means], rel=1e-5)
     whole = float(MaskedSparseCrossEntropy(0.0)(np.array([[4, 5, 0], [6, 0, 0]]), logits))  # one replica: the mean
     assert whole == pytest.approx(-(log_probs[0, 0, 4] + log_probs[0, 1, 5] + log_probs[1, 0, 6]) / 3, rel=1e-5)
+
+
+@pytest.mark.slow  # 72 s: learns two vocabularies, trains 600 steps, compiles two translators
+def test_the_readmes_model_fit_workflow_runs_as_written_and_learns(tmp_path, monkeypatch):
+    """README, "Using it": public names only, `model.fit` with a Keras callback, then a model directory that
+    `kformer.load` reads back and a `Translator` of it that translates as the one the snippet made."""
+    import re
+
+    import kformer
+
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.DOTALL)
+    (snippet,) = [block for block in blocks if "model.fit(" in block]
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(snippet, namespace)
+    history = namespace["model"].history.history
+    assert history["val_loss"][-1] < history["val_loss"][0]
+    sources = [s for s, _ in namespace["splits"]["test"][:32]]
+    made, loaded = kformer.Translator(namespace["trained"]), kformer.Translator(kformer.load(tmp_path / "my-model"))
+    assert made.translate(sources) == loaded.translate(sources)
+    assert kformer.score(made.translate(sources), [t for _, t in namespace["splits"]["test"][:32]])["chrf"] > 40
