@@ -7,7 +7,7 @@ import kformer
 
 PACKAGE = Path(kformer.__file__).parent
 # Lowest first. A module may import from its own part and the parts before it, never after.
-LAYERS = ["layers", "data", "model", "model_dir", "inference", "training", "deploy", "teaching", "cli"]
+LAYERS = ["files", "layers", "data", "model", "model_dir", "inference", "training", "deploy", "teaching", "cli"]
 
 
 def _part(module):

@@ -1,6 +1,7 @@
 """Model directories: save, load, and what a broken one says."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +96,7 @@ def test_config_is_written_last_and_atomically(saved, monkeypatch):
 
 
 def test_weights_files_are_written_atomically_under_a_name_keras_accepts(saved, tmp_path):
-    from kformer.model_dir import write_atomically
+    from kformer.files import write_atomically
 
     trained, _ = saved
     model = trained.model
@@ -116,13 +117,13 @@ def test_a_write_killed_halfway_leaves_a_temporary_file_that_the_next_write_clea
     import subprocess
     import sys
 
-    from kformer.model_dir import write_atomically
+    from kformer.files import write_atomically
 
     path = tmp_path / "backup" / "latest.weights.h5"
     killed = f"""
 import os, signal
 from pathlib import Path
-from kformer.model_dir import write_atomically
+from kformer.files import write_atomically
 def write(temporary):
     Path(temporary).write_bytes(b"half a file")
     os.kill(os.getpid(), signal.SIGKILL)
@@ -142,17 +143,17 @@ write_atomically({str(path)!r}, write)
 
 
 def test_config_json_is_the_last_file_put_in_place(saved, monkeypatch, tmp_path):
-    import kformer.model_dir
+    import kformer.files
 
     trained, _ = saved
     placed = []
-    real_replace = kformer.model_dir.os.replace
+    real_replace = kformer.files.os.replace
 
     def recording_replace(source, destination):
         placed.append(Path(destination).name)
         real_replace(source, destination)
 
-    monkeypatch.setattr(kformer.model_dir.os, "replace", recording_replace)
+    monkeypatch.setattr(kformer.files.os, "replace", recording_replace)
     trained.save(tmp_path / "fresh")
     assert placed[-1] == "config.json" and placed.count("config.json") == 1
     assert {"model.keras", "source_vocab.txt", "target_vocab.txt"} <= set(placed[:-1])
@@ -189,17 +190,48 @@ def test_config_is_validated_before_use(saved, config, message):
 
 
 def test_a_finished_directory_is_not_trained_over_unless_asked(saved):
-    from kformer.model_dir import prepare_output
+    from kformer.model_dir import RunDirectory
 
     _, directory = saved
     (directory / "training").mkdir()
     (directory / "training" / "history.csv").write_text("epoch,loss\n0,1.0\n")
-    with pytest.raises(ModelDirectoryError, match="already holds a trained model.*--overwrite"):
-        prepare_output(directory)
+    run = RunDirectory(directory)
+    with (
+        pytest.raises(ModelDirectoryError, match="already holds a trained model.*--overwrite"),
+        run.claim("translator"),
+    ):
+        pass
     assert (directory / "config.json").is_file()
-    prepare_output(directory, overwrite=True)
-    assert sorted(p.name for p in directory.iterdir()) == []
-    prepare_output(directory)  # an empty (or interrupted) directory is fine
+    with run.claim("translator", overwrite=True):
+        assert sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")) == [
+            ".kformer.lock",
+            "training",
+            "training/run.json",
+        ]
+    with run.claim("translator"):  # an interrupted run is resumed
+        pass
+
+
+def test_an_interrupted_run_of_another_task_is_refused_in_one_sentence_that_names_it(tmp_path, capsys):
+    from kformer.cli import main
+    from kformer.model_dir import RunDirectory
+
+    out = tmp_path / "out"
+    with RunDirectory(out).claim("translator"):  # as a run killed once it started
+        pass
+    expected = (
+        f"{out}: holds an interrupted run that trains a translator, not a language model; resume it with its own "
+        "command, or choose another --out."
+    )
+    with (
+        pytest.raises(ModelDirectoryError, match=f"^{re.escape(expected)}$"),
+        RunDirectory(out).claim("language_model"),
+    ):
+        pass
+    assert main(["--quiet", "train", "--task", "lm", "--data", "builtin", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"kformer train: error: {expected}\n"
+    with RunDirectory(out).claim("translator"):  # its own task resumes it
+        pass
 
 
 def test_a_model_file_that_would_run_code_is_refused(saved):
@@ -220,7 +252,7 @@ def test_a_lock_held_by_a_live_run_refuses_and_one_left_by_an_ended_run_is_taken
     import subprocess
     import sys
 
-    from kformer.model_dir import LOCK_FILE, run_lock
+    from kformer.files import LOCK_FILE, run_lock
 
     lock, host = tmp_path / LOCK_FILE, socket.gethostname()
 

@@ -305,7 +305,8 @@ def test_too_little_disk_space_is_refused_before_training(tmp_path, monkeypatch,
     import shutil
     import types
 
-    from kformer.model_dir import ModelDirectoryError, require_space
+    from kformer.files import require_space
+    from kformer.model_dir import ModelDirectoryError
 
     monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=2**20))
     with pytest.raises(ModelDirectoryError, match=r"1 MiB free, but training this model writes about 305 MiB"):

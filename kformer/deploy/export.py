@@ -46,9 +46,10 @@ from kformer.data.sentences import BOUNDARY as SENTENCE_BOUNDARY
 from kformer.data.sentences import SENTENCE_RULES
 from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.deploy import FORMATS, QUANTIZATIONS
+from kformer.files import require_space, umask
 from kformer.inference.generator import Generator
 from kformer.inference.translator import EXTRA_OUTPUT_TOKENS, Translator
-from kformer.model_dir import TrainedModel, load, require_space, umask
+from kformer.model_dir import TrainedModel, load
 
 EXAMPLE_SENTENCES = ["the black cat sleeps", "the cats that the girl sees sleep"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from kformer.model_dir import write_atomically, write_json
+from kformer.files import write_atomically, write_json
 from kformer.training.objectives import BudgetSchedule
 
 

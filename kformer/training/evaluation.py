@@ -13,8 +13,9 @@ from keras import ops
 from kformer.data.pairs import DataError, check_pairs
 from kformer.data.pipeline import make_dataset
 from kformer.data.text import PAD_ID
+from kformer.files import write_atomically, write_json
 from kformer.inference.translator import OutputLimitWarning, Translator
-from kformer.model_dir import TrainedModel, write_atomically, write_json
+from kformer.model_dir import TrainedModel
 
 
 def score(hypotheses, references, lowercase=False):

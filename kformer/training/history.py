@@ -11,7 +11,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from kformer.model_dir import write_atomically
+from kformer.files import write_atomically
 
 PANELS = [  # (title, y-axis label, [(metric, label), ...])
     ("loss (label-smoothed)", "cross-entropy", [("loss", "train"), ("val_loss", "validation")]),

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -24,17 +23,15 @@ from kformer.data.pairs import DataError, check_pairs
 from kformer.data.pipeline import batches_per_epoch, fits, length_limit, make_dataset, pair_lengths
 from kformer.data.stream import TrainingStream
 from kformer.data.text import Tokenizer, build_vocabularies, check_sentences
+from kformer.files import require_space, write_atomically
 from kformer.model import build_decoder_only, build_transformer
 from kformer.model_dir import (
     SOURCE_VOCAB_FILE,
     TARGET_VOCAB_FILE,
     ModelDirectoryError,
+    RunDirectory,
     TrainedModel,
     load,
-    prepare_output,
-    require_space,
-    run_lock,
-    write_atomically,
 )
 from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TensorBoard, TimeBudget
 from kformer.training.config import ARCHITECTURE, ConfigError, TrainingConfig
@@ -160,23 +157,22 @@ def _build(strategy, config, builder, vocab_sizes, steps_per_epoch, weights=None
     return model, schedule
 
 
-def _callbacks(out, config, keeper, budget, backup, average, chief, own):
+def _callbacks(run, config, keeper, budget, backup, average, chief, own):
     """What runs at each step, in this order, under every strategy: the average first (the keeper judges it at the
     end), the keeper next (EarlyStopping and the logs read the val_chrf it adds), the logs, the user's `own`, the
     budget, the backup last (an epoch is logged before a Ctrl-C stops the run there). The workers of a cluster
     that are not its chief run only the budget and the backup, which all of them must agree on."""
     if not chief:
         return [callback for callback in (budget, backup) if callback is not None]
-    training_dir = out / "training"
-    training_dir.mkdir(parents=True, exist_ok=True)  # for the CSVLogger, whichever callback opens its file first
+    run.training.mkdir(parents=True, exist_ok=True)  # for the CSVLogger, whichever callback opens its file first
     callbacks = [average] if average is not None else []
     if keeper is not None:
         baseline = keeper.best if keeper.best >= 0 else None  # resumed: the best chrF from before the restart
         stopper = keras.callbacks.EarlyStopping("val_chrf", mode="max", patience=config.patience, baseline=baseline)
         callbacks += [keeper, stopper]
     callbacks += [
-        keras.callbacks.CSVLogger(str(training_dir / "history.csv"), append=True),
-        TensorBoard(str(training_dir / "logs"), update_freq=100),
+        keras.callbacks.CSVLogger(str(run.history), append=True),
+        TensorBoard(str(run.logs), update_freq=100),
         *own,
     ]
     if budget is not None:
@@ -189,11 +185,11 @@ def _epochs(config):
     return config.epochs or (10_000 if config.minutes else 10)
 
 
-def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper=None, own=()):
+def _fit(model, schedule, train, valid, steps_per_epoch, run, config, verbose, keeper=None, own=()):
     """model.fit under the epoch count or the wall-clock budget, or under the multiworker strategy its twin
     `fit_across_workers`, with the same callbacks and the user's `own`; returns (history, summary)."""
     chief, across_workers = is_chief(config), config.strategy == "multiworker"
-    backup = Backup(out / "training" / "backup", config.backup_steps, write=chief)
+    backup, out = Backup(run.backup, config.backup_steps, write=chief), run.root
     try:
         initial_epoch = backup.restore(model)
     except DamagedBackup as error:
@@ -207,7 +203,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
             "was started with, or choose another --out."
         ) from None
     if chief:  # the epochs from initial_epoch on run again (all of them in a new run)
-        forget_epochs(out / "training" / "history.csv", initial_epoch)
+        forget_epochs(run.history, initial_epoch)
     if backup.restored_step is not None:
         if isinstance(schedule, BudgetSchedule) and not config.minutes and not across_workers:
             # fit reruns the interrupted epoch whole: the schedule ends where this run will, not at
@@ -228,7 +224,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
     shown = verbose if budget_only else 0
     budget = TimeBudget(config.minutes, backup.seconds, schedule, verbose=shown) if config.minutes else None
     average = CheckpointAverage(config.average, config.backup_steps, keeper) if config.average else None
-    callbacks = _callbacks(out, config, keeper, budget, backup, average, chief, own)
+    callbacks = _callbacks(run, config, keeper, budget, backup, average, chief, own)
     shown = 0 if budget_only else verbose
     started = time.perf_counter()
     with backup.guard_interrupts():
@@ -252,7 +248,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
     seconds = time.perf_counter() - started
     # The chief's record covers the epochs before a restart too; the other workers know only their own.
     resumed = backup.restored_step is not None and chief
-    epochs = whole_history(out / "training" / "history.csv") if resumed else history.history
+    epochs = whole_history(run.history) if resumed else history.history
     summary = _summary(
         model, epochs, seconds, "epochs or early stopping", config, budget, budget and budget.first_step_seconds
     )
@@ -260,7 +256,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, k
         summary["resumed_from"] = backup.restored_step
     if average is not None and average.chrf is not None:
         summary["val_chrf_average"] = average.chrf
-    _report(summary, epochs, out if chief else None, verbose)
+    _report(summary, epochs, run.learning_curves if chief else None, verbose)
     return history, summary
 
 
@@ -284,12 +280,12 @@ def _summary(model, epochs, seconds, ended_by, config, budget, first_step_second
     return summary
 
 
-def _report(summary, epochs, out, verbose):
-    """Prints the summary's warning, and draws the learning curves into `out` (None: this worker writes nothing)."""
+def _report(summary, epochs, curves, verbose):
+    """Prints the summary's warning, and draws the learning curves to `curves` (None: this worker writes nothing)."""
     if verbose and "warning" in summary:
         print(f"Warning: {summary['warning']}.", flush=True)
-    if out is not None and epochs.get("loss"):
-        learning_curves(epochs, out / "learning_curves.png")
+    if curves is not None and epochs.get("loss"):
+        learning_curves(epochs, curves)
 
 
 def _training_data(pairs, source, target, config, translator):
@@ -364,25 +360,6 @@ def is_chief(config):
     if "chief" in tf_config.get("cluster", {}):
         return task.get("type") == "chief"
     return task.get("type") in (None, "worker") and task.get("index", 0) == 0
-
-
-@contextlib.contextmanager
-def _claim(out, overwrite, config):
-    """`out` held for this run (`run_lock`) and made ready for it, by the chief where several workers train."""
-    if not is_chief(config):
-        yield
-        return
-    with run_lock(out):
-        prepare_output(out, overwrite)
-        yield
-
-
-def _save_finished(trained, out, config):
-    """Saves the finished model (on the chief only); its resumable backup is then no longer needed."""
-    if is_chief(config):
-        trained.save(out)
-        shutil.rmtree(out / "training" / "backup", ignore_errors=True)
-    return trained
 
 
 def refuse_new_architecture(init_from, asked):
@@ -479,10 +456,9 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False, callb
         refuse_new_architecture(config.init_from, {k: v for k, v in asked.items() if v != default[k]})
     if not isinstance(train_pairs, TrainingStream) and not train_pairs:
         raise DataError("the training split is empty; give more sentence pairs.")
-    out = Path(out)
-    with _claim(out, overwrite, config):
-        base, config = _starting_point(config, out)
-        return _train("translator", train_pairs, valid_pairs, out, config, verbose, base, callbacks)
+    with RunDirectory(out).claim("translator", overwrite, is_chief(config)) as run:
+        base, config = _starting_point(config, run.root)
+        return _train("translator", train_pairs, valid_pairs, run, config, verbose, base, callbacks)
 
 
 def train_language_model(lines, out, config=None, verbose=1, overwrite=False, valid_lines=(), callbacks=()):
@@ -501,22 +477,21 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False, va
     config = config or TrainingConfig()
     if not lines:
         raise DataError("no text to train on; give at least one line.")
-    out = Path(out)
-    with _claim(out, overwrite, config):
+    with RunDirectory(out).claim("language_model", overwrite, is_chief(config)) as run:
         # A language model is a translator from nothing: the pair pipeline with an empty source, decoder side kept.
         if isinstance(valid_lines, (str, bytes)) or not all(isinstance(line, str) for line in valid_lines):
             raise DataError("valid_lines must be a list of strings, one held-out line each.")
         valid_pairs = [("", line) for line in valid_lines]
         pairs = [("", line) for line in lines]
-        return _train("language_model", pairs, valid_pairs, out, config, verbose, callbacks=callbacks)
+        return _train("language_model", pairs, valid_pairs, run, config, verbose, callbacks=callbacks)
 
 
-def _train(kind, pairs, valid_pairs, out, config, verbose, base=None, callbacks=()):
+def _train(kind, pairs, valid_pairs, run, config, verbose, base=None, callbacks=()):
     """The training sequence both jobs share: vocabularies, model, data, fit, model directory.
 
     `kind` is "translator" or "language_model"; `base` the `TrainedModel` to start from (--init-from).
     """
-    translator = kind == "translator"
+    translator, out = kind == "translator", run.root
     with _training_setup(config) as (strategy, policy):
         if translator:
             if base is not None:  # fine-tuning tokenizes as the model it starts from did
@@ -546,8 +521,7 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None, callbacks=
         if valid_pairs and translator:
             if np.any(fits(*pair_lengths(valid_pairs, source, target), config.max_length)):  # else no val_loss
                 valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches)
-            best = out / "training" / "best.weights.h5"
-            keeper = BestTranslations(valid_pairs, source, target, config.max_length, best)
+            keeper = BestTranslations(valid_pairs, source, target, config.max_length, run.best_weights)
         if verbose:
             what = "Transformer" if translator else "decoder-only model"
             start = f"from {config.init_from}, " if base else ""
@@ -559,7 +533,7 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None, callbacks=
                 flush=True,
             )
         try:
-            _, summary = _fit(model, schedule, train, valid, steps_per_epoch, out, config, verbose, keeper, callbacks)
+            _, summary = _fit(model, schedule, train, valid, steps_per_epoch, run, config, verbose, keeper, callbacks)
         except tf.errors.OpError:
             if getattr(pairs, "error", None):  # a bad line deep in a stream: the backup keeps the run so far
                 raise DataError(f"{pairs.error} Fix it and run the same command again to resume.") from None
@@ -571,4 +545,6 @@ def _train(kind, pairs, valid_pairs, out, config, verbose, base=None, callbacks=
         summary["val_perplexity"] = round(perplexity(model, target, [t for _, t in valid_pairs], config.max_length), 2)
     config_json = {"kind": kind, "max_length": config.max_length, "training": dataclasses.asdict(config)}
     trained = TrainedModel(model, source if translator else None, target, {**config_json, "result": summary})
-    return _save_finished(trained, out, config)
+    if is_chief(config):
+        run.finish(trained)
+    return trained
