@@ -229,19 +229,19 @@ class Decoder(_Stack):
         return config
 
 
-def build_transformer(
-    src_vocab_size,
-    tgt_vocab_size,
-    d_model=256,
-    num_heads=8,
-    num_layers=4,
-    d_ff=1024,
-    dropout=0.1,
-    norm_first=False,
-    tie_embeddings=False,
-    share_embeddings=False,
-):
-    """The encoder-decoder Transformer as a functional keras.Model.
+def build_transformer(src_vocab_size, tgt_vocab_size, **settings):
+    """The encoder-decoder `Transformer` (`Transformer(src_vocab_size, tgt_vocab_size, **settings)`)."""
+    return Transformer(src_vocab_size, tgt_vocab_size, **settings)
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class Transformer(keras.Model):
+    """The encoder-decoder Transformer: a Keras model built as a functional graph, as keras-hub's backbones are.
+
+    One class whether or not the encoder and decoder share their token table:
+    its config holds every argument, so a saved model is rebuilt with the
+    table shared (a plain functional model's config cannot say that two
+    layers hold one sublayer).
 
     Args:
         src_vocab_size: source vocabulary size (ids 0..V-1, 0 = padding).
@@ -257,50 +257,15 @@ def build_transformer(
             vocabulary for both languages: the sizes must be equal); with
             `tie_embeddings` it is the paper's three-way tying (section 3.4).
 
-    Returns:
-        keras.Model with inputs `encoder_tokens` (B, S) and `decoder_tokens`
-        (B, T), int32, 0 = padding, and float32 logits (B, T, V) out. Its
-        layers "encoder" and "decoder" can be called apart.
-    """
-    stack_settings = dict(
-        d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_ff=d_ff, dropout=dropout, norm_first=norm_first
-    )
-    if share_embeddings:
-        if src_vocab_size != tgt_vocab_size:
-            raise ValueError(
-                f"share_embeddings needs one vocabulary, but the sizes differ: {src_vocab_size} and {tgt_vocab_size}."
-            )
-        return SharedEmbeddingTransformer(src_vocab_size, tie_embeddings=tie_embeddings, **stack_settings)
-    inputs, logits = _encoder_decoder(src_vocab_size, tgt_vocab_size, tie_embeddings, **stack_settings)
-    return keras.Model(inputs, logits, name="transformer")
-
-
-def _encoder_decoder(src_vocab_size, tgt_vocab_size, tie_embeddings, share=False, **stack_settings):
-    """The functional graph: (inputs, logits), the decoder borrowing the encoder's embedding when `share`."""
-    encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
-    decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
-    encoder = Encoder(src_vocab_size, **stack_settings, name="encoder")
-    embedding = encoder.embedding if share else None
-    decoder = Decoder(
-        tgt_vocab_size, **stack_settings, tie_embeddings=tie_embeddings, embedding=embedding, name="decoder"
-    )
-    context = encoder(encoder_tokens)  # (B, S, D)
-    logits = decoder(decoder_tokens, context=context, context_padding_mask=make_padding_mask(encoder_tokens))
-    return [encoder_tokens, decoder_tokens], logits
-
-
-@keras.saving.register_keras_serializable(package="kformer")
-class SharedEmbeddingTransformer(keras.Model):
-    """`build_transformer(..., share_embeddings=True)`: one token table for the encoder and the decoder.
-
-    The same functional graph as `build_transformer`'s; a class of its own only
-    so that a saved model is rebuilt with the table shared (a functional
-    model's config cannot say that two layers hold one sublayer).
+    Inputs `encoder_tokens` (B, S) and `decoder_tokens` (B, T), int32, 0 =
+    padding; float32 logits (B, T, V) out. Its layers "encoder" and
+    "decoder" can be called apart.
     """
 
     def __init__(
         self,
-        vocab_size,
+        src_vocab_size,
+        tgt_vocab_size,
         d_model=256,
         num_heads=8,
         num_layers=4,
@@ -308,43 +273,58 @@ class SharedEmbeddingTransformer(keras.Model):
         dropout=0.1,
         norm_first=False,
         tie_embeddings=False,
+        share_embeddings=False,
         **kwargs,
     ):
-        stack_settings = dict(
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs one vocabulary, but the sizes differ: {src_vocab_size} and {tgt_vocab_size}."
+            )
+        stack = dict(d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_ff=d_ff, dropout=dropout)
+        encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
+        decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+        encoder = Encoder(src_vocab_size, **stack, norm_first=norm_first, name="encoder")
+        embedding = encoder.embedding if share_embeddings else None
+        decoder = Decoder(
+            tgt_vocab_size,
+            **stack,
+            norm_first=norm_first,
+            tie_embeddings=tie_embeddings,
+            embedding=embedding,
+            name="decoder",
+        )
+        context = encoder(encoder_tokens)  # (B, S, D)
+        logits = decoder(decoder_tokens, context=context, context_padding_mask=make_padding_mask(encoder_tokens))
+        super().__init__([encoder_tokens, decoder_tokens], logits, name=kwargs.pop("name", "transformer"), **kwargs)
+        self._settings = dict(
+            src_vocab_size=src_vocab_size,
+            tgt_vocab_size=tgt_vocab_size,
             d_model=d_model,
             num_heads=num_heads,
             num_layers=num_layers,
             d_ff=d_ff,
             dropout=dropout,
             norm_first=norm_first,
+            tie_embeddings=tie_embeddings,
+            share_embeddings=share_embeddings,
         )
-        inputs, logits = _encoder_decoder(vocab_size, vocab_size, tie_embeddings, share=True, **stack_settings)
-        super().__init__(inputs, logits, name=kwargs.pop("name", "transformer"), **kwargs)
-        self.vocab_size = vocab_size
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.num_layers = num_layers
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.norm_first = norm_first
-        self.tie_embeddings = tie_embeddings
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "vocab_size": self.vocab_size,
-            "d_model": self.d_model,
-            "num_heads": self.num_heads,
-            "num_layers": self.num_layers,
-            "d_ff": self.d_ff,
-            "dropout": self.dropout,
-            "norm_first": self.norm_first,
-            "tie_embeddings": self.tie_embeddings,
-        }
+        return {"name": self.name, **self._settings}
 
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class SharedEmbeddingTransformer(Transformer):
+    """How release 0.1.0 saved a model with a shared token table: `.keras` files of it load as a `Transformer`."""
+
+    @classmethod
+    def from_config(cls, config):
+        vocab_size = config.pop("vocab_size")
+        return Transformer(vocab_size, vocab_size, share_embeddings=True, **config)
 
 
 def build_decoder_only(

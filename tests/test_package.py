@@ -44,7 +44,7 @@ def test_import_kformer_registers_every_keras_object_in_either_order(imports, tm
 def test_model_directories_saved_by_release_0_1_0_translate_and_generate_as_they_did():
     """Model directories written before the package layout changed, and what that release translated with them."""
     golden = json.loads((RELEASE_0_1_0 / "golden.json").read_text())
-    translator = kformer.load(RELEASE_0_1_0 / "translator")  # shared vocabulary: SharedEmbeddingTransformer
+    translator = kformer.load(RELEASE_0_1_0 / "translator")  # shared vocabulary: saved as SharedEmbeddingTransformer
     then = dict(max_output_ratio=0.01)  # outputs of at most max_length tokens, as that release wrote
     assert kformer.Translator(translator, **then).translate(golden["sentences"]) == golden["greedy"]
     assert kformer.Translator(translator, beam_size=4, **then).translate(golden["sentences"]) == golden["beam4"]

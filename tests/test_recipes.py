@@ -11,7 +11,7 @@ from conftest import VOCAB, copy_task_model, train_command
 from kformer import Translator
 from kformer.cli import main
 from kformer.data.corpus import builtin_splits
-from kformer.model import SharedEmbeddingTransformer
+from kformer.model import Transformer
 from kformer.model_dir import load
 from kformer.training.callbacks import Backup, CheckpointAverage
 from kformer.training.config import ConfigError, TrainingConfig
@@ -160,7 +160,7 @@ def test_a_shared_vocabulary_run_with_checkpoint_averaging(tmp_path):
     assert (out / "target_vocab.txt").read_text(encoding="utf-8").split("\n") == vocabulary
     assert {"the", "el"} <= set(vocabulary)  # learned from both languages
     trained = load(out)
-    assert isinstance(trained.model, SharedEmbeddingTransformer)
+    assert isinstance(trained.model, Transformer) and trained.model.get_config()["share_embeddings"]
     assert trained.model.get_layer("encoder").embedding is trained.model.get_layer("decoder").embedding
     result = json.loads((out / "config.json").read_text())["result"]
     assert 0.0 <= result["val_chrf_average"] <= result["val_chrf_kept"]  # judged like an epoch; the best kept

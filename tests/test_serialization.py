@@ -15,6 +15,7 @@ from kformer import (
     FeedForward,
     MultiHeadSelfAttention,
     PositionalEmbedding,
+    Transformer,
     TransformerBlock,
 )
 from kformer.layers import Dropout
@@ -56,6 +57,21 @@ SETTINGS = [  # every argument away from its default, so a config that drops or 
             tie_embeddings=True,
         ),
     ),
+    (
+        Transformer,
+        dict(
+            src_vocab_size=30,
+            tgt_vocab_size=30,
+            d_model=8,
+            num_heads=2,
+            num_layers=3,
+            d_ff=16,
+            dropout=0.2,
+            norm_first=True,
+            tie_embeddings=True,
+            share_embeddings=True,
+        ),
+    ),
 ]
 LAYERS = [cls(**arguments) for cls, arguments in SETTINGS]
 
@@ -78,7 +94,7 @@ def test_config_round_trip(layer):
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: type(layer).__name__)
 def test_config_holds_every_argument_the_layer_takes(layer):
     # A Decoder's `embedding` is another stack's layer, held by reference: a shared table
-    # (SharedEmbeddingTransformer rebuilds the sharing).
+    # (the Transformer's share_embeddings rebuilds the sharing).
     taken = set(inspect.signature(type(layer).__init__).parameters) - {"self", "kwargs", "embedding"}
     assert taken <= set(layer.get_config()), taken - set(layer.get_config())
 
