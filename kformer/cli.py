@@ -208,7 +208,7 @@ def _evaluate(args):
 
 
 def _translate(args):
-    from kformer.inference.translator import OutputLimitWarning, Translator
+    from kformer.inference.translator import OutputLimitWarning, SentenceTooLong, Translator
 
     trained = _load_translator(args.model)
     vocab_size = trained.target_tokenizer.vocab_size
@@ -238,9 +238,16 @@ def _translate(args):
             with warnings.catch_warnings(record=True) as said:
                 warnings.simplefilter("always", OutputLimitWarning)
                 results = translator.translate(batch, batch_size=args.batch_size, prefix=prefix, **options)
+        except SentenceTooLong as error:
+            where = f"argument {index + error.index + 1}" if args.sentences else f"stdin line {index + error.index + 1}"
+            flags = "--n-best, --scores, --json and --prefix"
+            message = str(error).replace(f"sentence {error.index + 1}", where, 1)
+            raise _UsageError(message.replace("n_best, with_scores and prefix", flags)) from None
         except ValueError as error:  # a prefix the target vocabulary cannot read, or too long
             raise _UsageError(f"--prefix {args.prefix!r}: {error}") from None
         for warning in said:
+            if not isinstance(warning.message, OutputLimitWarning):  # another's: shown as it would have been
+                warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
             for line in getattr(warning.message, "lines", []):
                 where = f"argument {index + line + 1}" if args.sentences else f"stdin line {index + line + 1}"
                 print(

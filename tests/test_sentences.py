@@ -3,6 +3,7 @@ the plain-Python clients, and a translator that translates each sentence of a li
 
 import re
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from kformer import TrainedModel, Translator
 from kformer.cli import main
 from kformer.data.sentences import BOUNDARY, SENTENCE_RULES, in_pieces, split_sentences
 from kformer.data.text import END_ID, PAD_ID
-from kformer.inference.translator import OutputLimitWarning
+from kformer.inference.translator import OutputLimitWarning, SentenceTooLong
 
 # Each line, and the sentences a careful reader splits it into (each keeps the spaces after it).
 HARD_CASES = {
@@ -141,3 +142,45 @@ def test_the_cli_names_each_line_whose_translation_stopped_at_the_limit(tmp_path
     assert len(out.splitlines()) == 3
     assert [line.split(":")[2].strip() for line in err.splitlines()] == ["argument 1", "argument 3"]
     assert "raise --max-output-ratio (now 1)" in err
+
+
+def test_a_sentence_over_the_limit_is_refused_where_it_would_be_read_whole(tmp_path, capsys):
+    """n-best lists, scores and prefixes read each sentence whole: one over max_length is refused in one sentence
+    that names it (in the CLI: its argument and the flags), not cut, and not run out of memory."""
+    trained = copy_task_model()
+    translator = Translator(trained, max_length=6, beam_size=2)
+    long = " ".join("abcdefghijkl")  # 12 tokens
+    for options in (dict(n_best=2), dict(with_scores=True), dict(prefix=["a", "a"])):
+        with pytest.raises(SentenceTooLong, match=r"^sentence 2 has 12 tokens, more than max_length \(6\)"):
+            translator.translate(["a b", long], **options)
+    assert translator.translate(["a b", long]) == ["a b", long]  # without them: read in pieces
+    TrainedModel(trained.model, trained.source_tokenizer, trained.target_tokenizer, {"max_length": 6}).save(
+        tmp_path / "model"
+    )
+    assert main(["translate", "--model", str(tmp_path / "model"), "--scores", "a b", long]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kformer translate: error: argument 2 has 12 tokens, more than max_length (6); --n-best, ")
+
+
+def test_the_max_output_ratio_flag_reaches_the_decoder_and_other_warnings_still_show(tmp_path, capsys, monkeypatch):
+    """`--max-output-ratio` prints what `Translator(max_output_ratio=...)` gives (a model that never ends runs
+    to its limit: longer under a larger ratio); a warning other than the output limit's is shown, not swallowed."""
+    translator = never_ending_translator()
+    model = tmp_path / "model"
+    TrainedModel(translator.model, translator.source_tokenizer, translator.target_tokenizer, {"max_length": 12}).save(
+        model
+    )
+    source = " ".join("abcdefgh")
+    expected = {ratio: never_ending_translator(max_output_ratio=ratio).translate([source])[0] for ratio in (1, 3)}
+    assert len(expected[3].split()) > len(expected[1].split())
+    translate = Translator.translate
+
+    def warning_too(self, *args, **kwargs):
+        warnings.warn("a warning of Keras' own", UserWarning, stacklevel=1)
+        return translate(self, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate", warning_too)
+    for ratio in (1, 3):
+        with pytest.warns(UserWarning, match="a warning of Keras' own"):
+            assert main(["translate", "--model", str(model), "--max-output-ratio", str(ratio), source]) == 0
+        assert capsys.readouterr().out.splitlines() == [expected[ratio]]

@@ -44,6 +44,17 @@ class OutputLimitWarning(UserWarning):
         )
 
 
+class SentenceTooLong(ValueError):
+    """A sentence over `max_length` tokens given where it is read whole (n-best lists, scores, prefixes)."""
+
+    def __init__(self, index, tokens, max_length):
+        super().__init__(
+            f"sentence {index + 1} has {tokens} tokens, more than max_length ({max_length}); n_best, with_scores and "
+            "prefix read each sentence whole: split it, or translate it without them (then it is read in pieces)."
+        )
+        self.index = index
+
+
 class PairScore(NamedTuple):
     """How likely the model finds a target given its source (`Translator.score`).
 
@@ -381,16 +392,15 @@ class Translator(tf.Module):
                 stopped += [index for index, flag in zip(batch, cut, strict=True) if flag]
                 continue
             source = padded_tokens(self.source_tokenizer.tokenize(texts))
-            if source.shape[1] > self.max_length:  # read whole, not in pieces: refused, not cut nor run out of memory
-                raise ValueError(
-                    f"a sentence has {source.shape[1]} tokens, more than max_length ({self.max_length}); n_best, "
-                    "with_scores and prefix read each input whole: split it, or translate it without them."
-                )
+            source_lengths = tf.math.count_nonzero(source, axis=1)  # [PAD] is id 0
+            for index, length in zip(batch, source_lengths.numpy(), strict=True):
+                if length > self.max_length:  # read whole, not in pieces: refused, not cut nor run out of memory
+                    raise SentenceTooLong(index, int(length), self.max_length)
             prefix_tokens = None if prefix is None else tf.ragged.constant([prefix_ids[i] for i in batch]).to_tensor()
             tokens, log_probs = (x.numpy() for x in self.search_ids(source, prefix_tokens))
             lengths = (tokens != PAD_ID).sum(axis=2)  # (B, N): [END] included
-            finished = (tokens[:, 0] == END_ID).any(axis=1) | (source.numpy() == PAD_ID).all(axis=1)  # the best's
-            stopped += [index for index, done in zip(batch, finished, strict=True) if not done]
+            cut = self._stopped(tf.constant(tokens[:, 0]), source_lengths).numpy()  # the best's
+            stopped += [index for index, flag in zip(batch, cut, strict=True) if flag]
             scores = length_normalized(log_probs, lengths, self.length_penalty).numpy()
             best = tf.constant(tokens[:, :n_best].reshape(len(batch) * n_best, -1))
             texts = self.target_tokenizer.detokenize(best).numpy().reshape(len(batch), n_best)
