@@ -234,6 +234,7 @@ def _translate(args):
     for batch in [args.sentences] if args.sentences else _stdin_batches(args.batch_size):
         prefix = None if args.prefix is None else [args.prefix] * len(batch)
         options = dict(n_best=args.n_best, with_scores=True) if scored else {}
+        options["with_alignments"] = args.alignments
         try:
             with warnings.catch_warnings(record=True) as said:
                 warnings.simplefilter("always", OutputLimitWarning)
@@ -257,17 +258,20 @@ def _translate(args):
                 )
         if not scored:
             for translation in results:
-                print(translation, flush=True)
+                print(translation if not args.alignments else " ||| ".join(translation), flush=True)
             index += len(batch)
             continue
         for source, hypotheses in zip(batch, results, strict=True):
             hypotheses = hypotheses if args.n_best > 1 else [hypotheses]
             if args.json:
-                found = [{"translation": text, "score": round(score, 4)} for text, score in hypotheses]
+                found = [
+                    {"translation": text, "score": round(score, 4), **dict(zip(["alignment"], aligned, strict=True))}
+                    for text, score, *aligned in hypotheses
+                ]
                 print(json.dumps({"index": index, "source": source, "hypotheses": found}, ensure_ascii=False))
-            for text, score in [] if args.json else hypotheses:
+            for text, score, *aligned in [] if args.json else hypotheses:
                 columns = ([str(index)] if args.n_best > 1 else []) + ([f"{score:.4f}"] if args.scores else [])
-                print("\t".join([*columns, text]))
+                print("\t".join([*columns, " ||| ".join([text, *aligned])]))
             index += 1
         sys.stdout.flush()
 
@@ -530,6 +534,11 @@ def _translate_parser(commands):
     )
     translate.add_argument(
         "--prefix", help="target text every translation must start with; the rest is decoded after it"
+    )
+    translate.add_argument(
+        "--alignments",
+        action="store_true",
+        help="each translation's word alignment to its source, in Pharaoh format, after ' ||| ' (as Marian prints it)",
     )
     translate.add_argument(
         "--max-output-ratio",

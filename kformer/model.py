@@ -229,8 +229,21 @@ class Decoder(_Stack):
         return config
 
 
-def build_transformer(src_vocab_size, tgt_vocab_size, **settings):
-    """The encoder-decoder `Transformer` (`Transformer(src_vocab_size, tgt_vocab_size, **settings)`)."""
+def build_transformer(
+    src_vocab_size,
+    tgt_vocab_size,
+    d_model=256,
+    num_heads=8,
+    num_layers=4,
+    d_ff=1024,
+    dropout=0.1,
+    norm_first=False,
+    tie_embeddings=False,
+    share_embeddings=False,
+):
+    """The encoder-decoder `Transformer` with these settings (its docstring says what each one is)."""
+    settings = dict(d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_ff=d_ff, dropout=dropout)
+    settings.update(norm_first=norm_first, tie_embeddings=tie_embeddings, share_embeddings=share_embeddings)
     return Transformer(src_vocab_size, tgt_vocab_size, **settings)
 
 

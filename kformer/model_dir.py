@@ -130,7 +130,11 @@ class RunDirectory:
                 f"{self.root}: holds an interrupted run that trains a {_NAMES.get(held, held)}, not a "
                 f"{_NAMES[kind]}; resume it with its own command, or choose another --out."
             )
-        write_json(self._task, {"kind": kind})
+
+    def record(self, kind):
+        """Notes the task of the run, which `claim` checks on a resume: written when training starts."""
+        if not self._task.is_file():
+            write_json(self._task, {"kind": kind})
 
     def finish(self, trained):
         """Saves the finished model; its resumable backup is then no longer needed."""

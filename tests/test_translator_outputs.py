@@ -363,3 +363,70 @@ def test_the_no_repeat_ngram_flag_reaches_the_decoder(copier, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["translate", "--model", str(tmp_path / "copier"), "--no-repeat-ngram", "-1", "a"])
     assert "argument --no-repeat-ngram: expected a whole number of 0 or more, got '-1'" in capsys.readouterr().err
+
+
+def numpy_alignment(trained, source, target, layer=-1):
+    """The alignment `align` documents, recomputed word by word in NumPy from the model's attention weights."""
+    import tensorflow as tf
+
+    tokenize = {side: getattr(trained, f"{side}_tokenizer").tokenize for side in ("source", "target")}
+    words = {"source": source.split(), "target": target.split()}
+    ids = {side: [list(tokenize[side](tf.constant([w])).flat_values.numpy()) for w in words[side]] for side in words}
+    source_ids = tf.constant([[i for word in ids["source"] for i in word]], tf.int32)
+    decoder_ids = tf.constant([[START_ID] + [i for word in ids["target"] for i in word]], tf.int32)
+    context = trained.model.get_layer("encoder")(source_ids)
+    _, scores = trained.model.get_layer("decoder").run_with_attention(decoder_ids, context, source_ids != PAD_ID)
+    weights = to_numpy(scores[layer]["cross_attention"])[0].mean(axis=0)  # (T, S): token t's row, [START]'s first
+    token_word = {side: [n for n, word in enumerate(ids[side]) for _ in word] for side in ids}
+    links = []
+    for j in range(len(words["target"])):
+        rows = [t for t, word in enumerate(token_word["target"]) if word == j]
+        totals = [
+            sum(weights[t, s] for t in rows for s, w in enumerate(token_word["source"]) if w == i)
+            for i in range(len(words["source"]))
+        ]
+        links.append(f"{int(np.argmax(totals))}-{j}")
+    return " ".join(links)
+
+
+def test_alignments_link_each_copied_letter_to_itself_and_sum_attention_over_each_words_tokens(copier):
+    """The copier writes the n-th letter while attending to the n-th: its alignment is the diagonal. Words of
+    several tokens (unknown ones, "x" a [UNK] each) and a layer chosen: the word sums of a NumPy recomputation."""
+    translator = Translator(copier)
+    assert translator.align(["a b c d", "l k j i h g"], ["a b c d", "l k j i h g"]) == [
+        "0-0 1-1 2-2 3-3",
+        "0-0 1-1 2-2 3-3 4-4 5-5",
+    ]
+    pairs = [("a b,c d", "d c b a"), ("xx a b", "b a xx"), ("a", ""), ("", "a b")]
+    for layer in (0, -1):
+        expected = [numpy_alignment(copier, s, t, layer) if s and t else "" for s, t in pairs]
+        assert translator.align([s for s, _ in pairs], [t for _, t in pairs], layer=layer) == expected
+    with pytest.raises(ValueError, match="align needs one translation a source: got 2 and 1"):
+        translator.align(["a", "b"], ["a"])
+
+
+def test_translate_with_alignments_gives_each_hypothesis_its_alignment(copier, tmp_path, capsys):
+    translator = Translator(copier, beam_size=2)
+    sources = ["a b c", "d e"]
+    plain = translator.translate(sources, with_alignments=True)
+    assert plain == [
+        (t, a)
+        for t, a in zip(
+            translator.translate(sources), translator.align(sources, translator.translate(sources)), strict=True
+        )
+    ]
+    assert plain[0] == ("a b c", "0-0 1-1 2-2")
+    lists = translator.translate(sources, n_best=2, with_scores=True, with_alignments=True)
+    for source, found, scored in zip(
+        sources, lists, translator.translate(sources, n_best=2, with_scores=True), strict=True
+    ):
+        assert [(t, s) for t, s, _ in found] == scored
+        assert [a for _, _, a in found] == translator.align([source] * 2, [t for t, _ in scored])
+    TrainedModel(copier.model, copier.source_tokenizer, copier.target_tokenizer, {"max_length": 12}).save(
+        tmp_path / "m"
+    )
+    assert main(["translate", "--model", str(tmp_path / "m"), "--alignments", *sources]) == 0
+    assert capsys.readouterr().out.splitlines() == ["a b c ||| 0-0 1-1 2-2", "d e ||| 0-0 1-1"]
+    assert main(["translate", "--model", str(tmp_path / "m"), "--alignments", "--json", "a b"]) == 0
+    (hypothesis,) = json.loads(capsys.readouterr().out)["hypotheses"]
+    assert hypothesis["translation"] == "a b" and hypothesis["alignment"] == "0-0 1-1"

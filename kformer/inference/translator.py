@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from kformer.data.sentences import in_pieces, split_sentences, trailing_spaces
@@ -23,6 +24,7 @@ from kformer.model_dir import TrainedModel, load
 EXTRA_OUTPUT_TOKENS = 10  # an output may have max_output_ratio x its source's tokens and this many more
 SOURCE_BUCKET = 8  # under XLA, sources are padded to a multiple of this many tokens
 XLA_BEAM_BATCH = 64  # beam search runs under XLA up to this many sentences a batch
+ALIGNMENT_LAYER = -1  # the decoder block whose cross-attention aligns words (chosen on valid: bench/alignments.py)
 _IDS = tf.TensorSpec([None, None], tf.int32)
 _TEXTS = tf.TensorSpec([None], tf.string, name="texts")
 _FIXED_LOOP = [_IDS, tf.TensorSpec([], tf.int32)]  # the compiled loop's: sources, and the output limit
@@ -354,7 +356,7 @@ class Translator(tf.Module):
         token_log_probs = tf.where(tf.not_equal(labels, PAD_ID), chosen, 0.0)
         return tf.pad(token_log_probs, [[0, 0], [0, tf.shape(target_tokens)[1] + 1 - tf.shape(labels)[1]]])
 
-    def translate(self, sentences, batch_size=64, n_best=1, with_scores=False, prefix=None):
+    def translate(self, sentences, batch_size=64, n_best=1, with_scores=False, prefix=None, with_alignments=False):
         """Python strings in, Python strings out (one for each), batched by similar length.
 
         Characters UTF-8 cannot encode (lone surrogates) are read as "?". A line of
@@ -370,6 +372,9 @@ class Translator(tf.Module):
                 log-probability itself; `score` gives it token by token).
             prefix: a target text for each sentence that its translation must
                 start with (autocompletion, a tag); the rest is decoded after it.
+            with_alignments: each translation with its word alignment to its
+                sentence, read whole (`align`): a `(string, alignment)` pair, or
+                `(string, score, alignment)` with `with_scores`.
 
         Returns:
             A string for each sentence; with `n_best` > 1 a list of them; with
@@ -415,7 +420,19 @@ class Translator(tf.Module):
                 translations[index] = found if n_best > 1 else found[0]
         if stopped:
             warnings.warn(OutputLimitWarning(sorted(stopped), self), stacklevel=2)
-        return translations
+        return self._with_alignments(sentences, translations, batch_size) if with_alignments else translations
+
+    def _with_alignments(self, sentences, translations, batch_size):
+        """`translate`'s results, each translation with its alignment: (text, alignment), (text, score, alignment)."""
+        lists = [found if isinstance(found, list) else [found] for found in translations]
+        items = [(i, found) for i, each in enumerate(lists) for found in each]
+        texts = [found if isinstance(found, str) else found[0] for _, found in items]
+        aligned = iter(self.align([sentences[i].decode("utf-8") for i, _ in items], texts, batch_size))
+
+        def add(found):
+            return (found, next(aligned)) if isinstance(found, str) else (*found, next(aligned))
+
+        return [[add(t) for t in found] if isinstance(found, list) else add(found) for found in translations]
 
     def _prefix_ids(self, prefix, count):
         """Each prefix's token ids, or ValueError naming the first that cannot be one."""
@@ -434,6 +451,53 @@ class Translator(tf.Module):
                     "with [END]: give a shorter one."
                 )
         return ids
+
+    def align(self, sources, translations, batch_size=64, layer=ALIGNMENT_LAYER):
+        """Word alignments of each translation to its source, in Pharaoh format: "0-0 1-2 2-1" links source word
+        i to target word j (words split at spaces, counted from 0).
+
+        Each target word is linked to the source word its tokens attended to most while the model read the
+        translation teacher-forced (as `score` does): the cross-attention of the decoder block `layer` (by
+        default the last: bench/alignments.py), averaged over its heads, summed over each word's tokens. Sentences over
+        `max_length` tokens are refused (`SentenceTooLong`): they are read whole.
+        """
+        check_positive_int("batch_size", batch_size)
+        sources, translations = utf8_batch(sources), utf8_batch(translations)
+        if len(sources) != len(translations):
+            raise ValueError(f"align needs one translation a source: got {len(sources)} and {len(translations)}.")
+        attention = self._on_demand(
+            f"cross_attention_{layer}", lambda: tf.function(self._cross_attention(layer), [_IDS, _IDS])
+        )
+        alignments = [None] * len(sources)
+        for batch in self._batches(sources, batch_size):
+            source_words = _word_tokens(self.source_tokenizer, [sources[i] for i in batch])  # (B, words, tokens)
+            target_words = _word_tokens(self.target_tokenizer, [translations[i] for i in batch])
+            source, target = (words.merge_dims(1, 2) for words in (source_words, target_words))  # (B, tokens)
+            for index, length in zip(batch, source.row_lengths().numpy(), strict=True):
+                if length > self.max_length:
+                    raise SentenceTooLong(index, int(length), self.max_length)
+            decoder_tokens = tf.concat([tf.fill([len(batch), 1], START_ID), target.to_tensor(PAD_ID)], 1)  # (B, T)
+            weights = attention(source.to_tensor(PAD_ID), decoder_tokens).numpy()  # (B, T, S)
+            rows = zip(batch, _tokens_per_word(source_words), _tokens_per_word(target_words), strict=True)
+            for row, (index, source_counts, target_counts) in enumerate(rows):
+                by_source = _word_matrix(source_counts)  # (source tokens, source words)
+                by_target = _word_matrix(target_counts)  # (target tokens, target words)
+                word_weights = by_target.T @ weights[row, : len(by_target), : len(by_source)] @ by_source
+                links = word_weights.argmax(axis=1) if word_weights.size else []
+                spoken = target_counts > 0  # a word of no tokens attended to nothing
+                alignments[index] = " ".join(f"{i}-{j}" for j, i in enumerate(links) if spoken[j])
+        return alignments
+
+    def _cross_attention(self, layer):
+        """`(source (B, S), decoder tokens (B, T)) -> (B, T, S)`: block `layer`'s cross-attention, heads averaged."""
+        encoder, decoder = self.model.get_layer("encoder"), self.model.get_layer("decoder")
+
+        def attention(source, decoder_tokens):
+            context = encoder(source, training=False)
+            _, scores = decoder.run_with_attention(decoder_tokens, context, source != PAD_ID, training=False)
+            return tf.reduce_mean(scores[layer]["cross_attention"], axis=1)
+
+        return attention
 
     def score(self, sources, targets, batch_size=64):
         """How likely each target is as the translation of its source, in one teacher-forced pass a batch.
@@ -462,3 +526,20 @@ class Translator(tf.Module):
         """Indices of `texts` in batches of `batch_size`, texts of similar length together."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def _word_matrix(tokens_per_word):
+    """float `(tokens, words)`: 1 where a token belongs to a word, for sums over each word's tokens."""
+    return np.repeat(np.eye(len(tokens_per_word), dtype="float32"), tokens_per_word, axis=0)
+
+
+def _word_tokens(tokenizer, texts):
+    """Ragged int32 `(B, words, tokens)`: each text's words (split at spaces), each word's tokens."""
+    words = [text.split() for text in texts]
+    flat = tokenizer.tokenize(tf.constant([w for each in words for w in each], tf.string, [sum(map(len, words))]))
+    return tf.RaggedTensor.from_row_lengths(flat, [len(each) for each in words])
+
+
+def _tokens_per_word(words):
+    """For each row of ragged `(B, words, tokens)`, its words' token counts (NumPy)."""
+    return np.split(words.values.row_lengths().numpy(), np.cumsum(words.row_lengths().numpy())[:-1])

@@ -514,6 +514,8 @@ def _train(kind, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
         model, schedule = _build(strategy, model_config, builder, sizes, steps_per_epoch, weights)
         # model.keras, the best weights, and the backup with Adam's two moments (twice while replacing it).
         require_space(out, 8 * 4 * model.count_params(), "training this model")
+        if is_chief(config):
+            run.record(kind)
         train = _training_data(pairs, source, target, config, translator)
         if config.strategy != "multiworker":
             train = train(tf.distribute.InputContext())  # the one share: all of it
