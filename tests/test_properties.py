@@ -1,7 +1,7 @@
 """Property-based tests (hypothesis): tokenization round trips, one translation per input, masks on random shapes.
 
 Each property runs on many generated examples (`max_examples` below); the
-README's Reliability section counts them.
+docs/reliability.md counts them.
 """
 
 import string
