@@ -265,7 +265,7 @@ def _translate(args):
             hypotheses = hypotheses if args.n_best > 1 else [hypotheses]
             if args.json:
                 found = [
-                    {"translation": text, "score": round(score, 4), **dict(zip(["alignment"], aligned, strict=True))}
+                    {"translation": text, "score": round(score, 4), **({"alignment": aligned[0]} if aligned else {})}
                     for text, score, *aligned in hypotheses
                 ]
                 print(json.dumps({"index": index, "source": source, "hypotheses": found}, ensure_ascii=False))

@@ -12,7 +12,7 @@ from kformer import Translator
 from kformer.cli import main
 from kformer.data.corpus import builtin_splits
 from kformer.model import Transformer
-from kformer.model_dir import load
+from kformer.model_dir import RunDirectory, load
 from kformer.training.callbacks import Backup, CheckpointAverage
 from kformer.training.config import ConfigError, TrainingConfig
 from kformer.training.evaluation import BestTranslations
@@ -70,7 +70,8 @@ def test_the_best_translating_weights_are_kept_not_the_last_even_across_a_restar
         np.testing.assert_array_equal(kept, expected)
     # Early stopping counts epochs that do not beat the whole run's best, not the best since the restart.
     backup = Backup(tmp_path / "backup")
-    callbacks = _callbacks(tmp_path, TrainingConfig(patience=2), resumed, None, backup, None, chief=True, own=[])
+    run = RunDirectory(tmp_path)
+    callbacks = _callbacks(run, TrainingConfig(patience=2), resumed, None, backup, None, chief=True, own=[])
     stopper = next(c for c in callbacks if isinstance(c, keras.callbacks.EarlyStopping))
     stopper.set_model(model)
     stopper.on_train_begin()
