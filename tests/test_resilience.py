@@ -337,6 +337,7 @@ def test_same_seed_same_weights(tmp_path):
     assert not any(np.array_equal(a, b) for a, b in zip(first.get_weights(), other.get_weights(), strict=True))
 
 
+@pytest.mark.slow  # 20 s: a run stopped by its callback, then resumed
 def test_a_callback_of_your_own_runs_at_each_step_and_its_error_stops_the_run_with_the_backup_kept(tmp_path):
     """`train_translator(..., callbacks=[...])`: the user's callback sees every step; when it raises, the run
     stops with its error (not a message of kformer's), nothing looks finished, and the same call resumes from

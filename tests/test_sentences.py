@@ -144,6 +144,7 @@ def test_the_cli_names_each_line_whose_translation_stopped_at_the_limit(tmp_path
     assert "raise --max-output-ratio (now 1)" in err
 
 
+@pytest.mark.slow  # 29 s: three refusals, a CLI run
 def test_a_sentence_over_the_limit_is_refused_where_it_would_be_read_whole(tmp_path, capsys):
     """n-best lists, scores and prefixes read each sentence whole: one over max_length is refused in one sentence
     that names it (in the CLI: its argument and the flags), not cut, and not run out of memory."""
@@ -162,6 +163,7 @@ def test_a_sentence_over_the_limit_is_refused_where_it_would_be_read_whole(tmp_p
     assert err.startswith("kformer translate: error: argument 2 has 12 tokens, more than max_length (6); --n-best, ")
 
 
+@pytest.mark.slow  # 24 s: two never-ending translators compiled, two CLI runs
 def test_the_max_output_ratio_flag_reaches_the_decoder_and_other_warnings_still_show(tmp_path, capsys, monkeypatch):
     """`--max-output-ratio` prints what `Translator(max_output_ratio=...)` gives (a model that never ends runs
     to its limit: longer under a larger ratio); a warning other than the output limit's is shown, not swallowed."""

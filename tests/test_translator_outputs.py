@@ -405,6 +405,7 @@ def test_alignments_link_each_copied_letter_to_itself_and_sum_attention_over_eac
         translator.align(["a", "b"], ["a"])
 
 
+@pytest.mark.slow  # 23 s: n-best lists aligned, two CLI runs
 def test_translate_with_alignments_gives_each_hypothesis_its_alignment(copier, tmp_path, capsys):
     translator = Translator(copier, beam_size=2)
     sources = ["a b c", "d e"]
