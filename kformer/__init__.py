@@ -57,7 +57,10 @@ _EXPORTS = {
         ],
         "kformer.layers",
     ),
-    **dict.fromkeys(["Decoder", "Encoder", "Transformer", "build_decoder_only", "build_transformer"], "kformer.model"),
+    **dict.fromkeys(
+        ["Decoder", "Encoder", "SharedEmbeddingTransformer", "Transformer", "build_decoder_only", "build_transformer"],
+        "kformer.model",
+    ),
     **dict.fromkeys(["ModelDirectoryError", "TrainedModel", "load"], "kformer.model_dir"),
     **dict.fromkeys(["DataError", "read_pairs", "split_pairs"], "kformer.data.pairs"),
     **dict.fromkeys(["Tokenizer", "build_vocabulary"], "kformer.data.text"),

@@ -241,9 +241,9 @@ def _translate(args):
                 results = translator.translate(batch, batch_size=args.batch_size, prefix=prefix, **options)
         except SentenceTooLong as error:
             where = f"argument {index + error.index + 1}" if args.sentences else f"stdin line {index + error.index + 1}"
-            flags = "--n-best, --scores, --json and --prefix"
+            flags = "--n-best, --scores, --json, --prefix and --alignments"
             message = str(error).replace(f"sentence {error.index + 1}", where, 1)
-            raise _UsageError(message.replace("n_best, with_scores and prefix", flags)) from None
+            raise _UsageError(message.replace("n_best, with_scores, prefix and with_alignments", flags)) from None
         except ValueError as error:  # a prefix the target vocabulary cannot read, or too long
             raise _UsageError(f"--prefix {args.prefix!r}: {error}") from None
         for warning in said:

@@ -132,7 +132,7 @@ class Decoder(_Stack):
     transposed token embedding, as in the paper's section 3.4. `embedding`
     (another stack's `PositionalEmbedding`) makes it use that table instead of
     its own: the encoder's, for one vocabulary shared by both languages (a
-    model built so is saved and loaded by `SharedEmbeddingTransformer`).
+    model built so is saved and loaded by `Transformer(share_embeddings=True)`).
 
     Without cross-attention it is the decoder-only (GPT-style) stack.
     """

@@ -108,6 +108,7 @@ class RunDirectory:
             return
         with run_lock(self.root):
             self._prepare(kind, overwrite)
+            self.record(kind)  # before the first file of the run (its vocabularies) is written
             yield self
 
     def _prepare(self, kind, overwrite):
@@ -132,7 +133,7 @@ class RunDirectory:
             )
 
     def record(self, kind):
-        """Notes the task of the run, which `claim` checks on a resume: written when training starts."""
+        """Notes the task of the run, which `claim` checks on a resume."""
         if not self._task.is_file():
             write_json(self._task, {"kind": kind})
 

@@ -203,7 +203,11 @@ def test_a_finished_directory_is_not_trained_over_unless_asked(saved):
         pass
     assert (directory / "config.json").is_file()
     with run.claim("translator", overwrite=True):
-        assert sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")) == [".kformer.lock"]
+        assert sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")) == [
+            ".kformer.lock",
+            "training",
+            "training/run.json",
+        ]
     with run.claim("translator"):  # an interrupted run is resumed
         pass
 
@@ -213,8 +217,8 @@ def test_an_interrupted_run_of_another_task_is_refused_in_one_sentence_that_name
     from kformer.model_dir import RunDirectory
 
     out = tmp_path / "out"
-    with RunDirectory(out).claim("translator") as run:  # as a run killed once it started
-        run.record("translator")
+    with RunDirectory(out).claim("translator"):  # as a run killed once it started
+        pass
     expected = (
         f"{out}: holds an interrupted run that trains a translator, not a language model; resume it with its own "
         "command, or choose another --out."

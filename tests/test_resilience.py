@@ -311,11 +311,11 @@ def test_too_little_disk_space_is_refused_before_training(tmp_path, monkeypatch,
     monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=2**20))
     with pytest.raises(ModelDirectoryError, match=r"1 MiB free, but training this model writes about 305 MiB"):
         require_space(tmp_path, 320_000_000, "training this model")
-    # And the training job asks before its first step: nothing but the vocabularies is written.
+    # And the training job asks before its first step: nothing but the vocabularies and the run's task is written.
     out = tmp_path / "model"
     assert main(train_command(out, "--epochs", "1")[3:]) == 2
     assert re.search(r"1 MiB free, but training this model writes about [\d.]+ MiB", capsys.readouterr().err)
-    assert not (out / "training").exists()
+    assert [p.name for p in (out / "training").iterdir()] == ["run.json"]
 
 
 @pytest.mark.slow

@@ -51,8 +51,9 @@ class SentenceTooLong(ValueError):
 
     def __init__(self, index, tokens, max_length):
         super().__init__(
-            f"sentence {index + 1} has {tokens} tokens, more than max_length ({max_length}); n_best, with_scores and "
-            "prefix read each sentence whole: split it, or translate it without them (then it is read in pieces)."
+            f"sentence {index + 1} has {tokens} tokens, more than max_length ({max_length}); n_best, with_scores, "
+            "prefix and with_alignments read each sentence whole: split it, or translate it without them (then it is "
+            "read in pieces)."
         )
         self.index = index
 

@@ -204,7 +204,8 @@ class Backup(keras.callbacks.Callback):
     then deletes older weights files. Each file is written atomically and
     state.json names its weights, so a process killed at any moment leaves
     a state and weights of the same step. `restore` puts a run back before
-    `fit`; an epoch cut short is run again from its start.
+    `fit`; under `fit` an epoch cut short is run again from its start (the multi-worker
+    loop goes on from the step saved).
 
     It also guards the run, inside `guard_interrupts()`:
     - Ctrl-C (SIGINT) or SIGTERM saves at the end of the current step and

@@ -50,7 +50,7 @@ def make_strategy(name="default"):
 
 def fit_across_workers(
     model, datasets, epochs, steps_per_epoch, callbacks, budget=None, backup=None, initial_step=0,
-    validation_data=None, verbose=1,
+    initial_epoch=None, validation_data=None, verbose=1,
 ):  # fmt: skip
     """`model.fit` for MultiWorkerMirroredStrategy: its loop and callback protocol (see the module docstring).
 
@@ -66,14 +66,18 @@ def fit_across_workers(
     makes the batches of share `input_context.input_pipeline_id` of
     `num_input_pipelines`, each of `get_per_replica_batch_size(global batch)`
     sequences. A run resumed at `initial_step` goes on in the middle of its
-    epoch, each worker first reading past the batches its share gave before.
+    epoch, each worker first reading past the batches its share gave before;
+    one saved at an epoch's last step before that epoch's end was run
+    (`initial_epoch`, the backup's) first ends that epoch (its loss unknown: NaN).
 
     Every worker stops after the same step. Each step's all-reduce, besides
     the loss, gives every worker the workers' mean clock, which `budget` (a
     `TimeBudget` among the callbacks) goes by, and whether any worker was
     interrupted: then each worker's `backup` (a `Backup` among them) saves,
     on the chief, and stops. At each epoch's end the workers agree whether a
-    callback of any of them (such as the chief's EarlyStopping) stopped training.
+    callback of any of them (such as the chief's EarlyStopping) stopped training:
+    a stop asked in the middle of an epoch (other than the budget's) takes
+    effect at its end, where `fit` would stop at once.
 
     Returns:
         The `keras.callbacks.History` of the run.
@@ -90,8 +94,9 @@ def fit_across_workers(
     hooks.set_model(model)
     model.stop_training = False
     hooks.on_train_begin()
-    spent, started, step, logs = (backup.seconds if backup else 0.0), None, initial_step, {}
-    for epoch in range(initial_step // steps_per_epoch, epochs):
+    spent, started, step, logs = (backup.seconds if backup else 0.0), None, initial_step, {"loss": float("nan")}
+    first_epoch = initial_step // steps_per_epoch if initial_epoch is None else initial_epoch
+    for epoch in range(first_epoch, epochs):
         hooks.on_epoch_begin(epoch)
         losses = []
         for batch in range(step - epoch * steps_per_epoch, steps_per_epoch):
@@ -112,12 +117,16 @@ def fit_across_workers(
                 backup.shared_interrupted = bool(any_told)
             logs = {"loss": sum(losses) / len(losses)}
             hooks.on_train_batch_end(batch, logs)
-            if model.stop_training:
+            if budget is not None and budget.expired:  # all alike; one worker's own stop waits for the epoch's end
                 break
         if validation_data is not None:
             logs = {**logs, "val_loss": _validation_loss(model, validation_data, hooks)}
         hooks.on_epoch_end(epoch, logs)
-        if _any_worker(strategy, model.stop_training):
+        try:
+            stop = _any_worker(strategy, model.stop_training)
+        except _LOST_PEER as error:
+            raise _worker_lost(step, backup, error) from None
+        if stop:
             break
     model.optimizer.finalize_variable_values(model.trainable_weights)
     hooks.on_train_end(logs)

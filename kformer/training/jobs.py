@@ -2,8 +2,9 @@
 
 Both check their input and run one sequence, `_train`: set up the strategy,
 seeds and precision; learn the vocabularies; build and compile the model
-under the strategy; run model.fit with the backup, the budget and (given
-validation pairs) the keeper of the best translations; and save the model
+under the strategy; run model.fit (under multiworker, its twin
+`fit_across_workers`) with the backup, the budget and (given validation
+pairs) the keeper of the best translations; and save the model
 directory on the chief. The CLI is a thin
 layer over these; notebooks and scripts call them directly.
 """
@@ -229,10 +230,9 @@ def _fit(model, schedule, train, valid, steps_per_epoch, run, config, verbose, k
     started = time.perf_counter()
     with backup.guard_interrupts():
         if across_workers:
-            valid = valid if chief else None
-            at = backup.restored_step or 0
+            at, valid = (backup.restored_step or 0, initial_epoch), valid if chief else None
             history = fit_across_workers(
-                model, train, _epochs(config), steps_per_epoch, callbacks, budget, backup, at, valid, shown
+                model, train, _epochs(config), steps_per_epoch, callbacks, budget, backup, *at, valid, shown
             )
         else:
             history = model.fit(
@@ -514,8 +514,6 @@ def _train(kind, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
         model, schedule = _build(strategy, model_config, builder, sizes, steps_per_epoch, weights)
         # model.keras, the best weights, and the backup with Adam's two moments (twice while replacing it).
         require_space(out, 8 * 4 * model.count_params(), "training this model")
-        if is_chief(config):
-            run.record(kind)
         train = _training_data(pairs, source, target, config, translator)
         if config.strategy != "multiworker":
             train = train(tf.distribute.InputContext())  # the one share: all of it
