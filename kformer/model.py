@@ -242,9 +242,10 @@ def build_transformer(
     share_embeddings=False,
 ):
     """The encoder-decoder `Transformer` with these settings (its docstring says what each one is)."""
-    settings = dict(d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_ff=d_ff, dropout=dropout)
-    settings.update(norm_first=norm_first, tie_embeddings=tie_embeddings, share_embeddings=share_embeddings)
-    return Transformer(src_vocab_size, tgt_vocab_size, **settings)
+    return Transformer(
+        src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, norm_first, tie_embeddings,
+        share_embeddings,
+    )  # fmt: skip
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -294,18 +295,12 @@ class Transformer(keras.Model):
                 f"share_embeddings needs one vocabulary, but the sizes differ: {src_vocab_size} and {tgt_vocab_size}."
             )
         stack = dict(d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_ff=d_ff, dropout=dropout)
+        stack["norm_first"] = norm_first
         encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
         decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
-        encoder = Encoder(src_vocab_size, **stack, norm_first=norm_first, name="encoder")
+        encoder = Encoder(src_vocab_size, **stack, name="encoder")
         embedding = encoder.embedding if share_embeddings else None
-        decoder = Decoder(
-            tgt_vocab_size,
-            **stack,
-            norm_first=norm_first,
-            tie_embeddings=tie_embeddings,
-            embedding=embedding,
-            name="decoder",
-        )
+        decoder = Decoder(tgt_vocab_size, **stack, tie_embeddings=tie_embeddings, embedding=embedding, name="decoder")
         context = encoder(encoder_tokens)  # (B, S, D)
         logits = decoder(decoder_tokens, context=context, context_padding_mask=make_padding_mask(encoder_tokens))
         super().__init__([encoder_tokens, decoder_tokens], logits, name=kwargs.pop("name", "transformer"), **kwargs)

@@ -98,7 +98,7 @@ def fit_across_workers(
     first_epoch = initial_step // steps_per_epoch if initial_epoch is None else initial_epoch
     for epoch in range(first_epoch, epochs):
         hooks.on_epoch_begin(epoch)
-        losses = []
+        total, count = 0.0, 0
         for batch in range(step - epoch * steps_per_epoch, steps_per_epoch):
             hooks.on_train_batch_begin(batch)
             told = float(backup is not None and backup.interrupted)
@@ -110,12 +110,12 @@ def fit_across_workers(
             if started is None:  # the clock starts when the first step (tracing, the first batches) ends
                 started = time.perf_counter()
             step += 1
-            losses.append(float(loss))
+            total, count = total + float(loss), count + 1
             if budget is not None:
                 budget.shared_seconds = float(elapsed)
             if backup is not None:
                 backup.shared_interrupted = bool(any_told)
-            logs = {"loss": sum(losses) / len(losses)}
+            logs = {"loss": total / count}
             hooks.on_train_batch_end(batch, logs)
             if budget is not None and budget.expired:  # all alike; one worker's own stop waits for the epoch's end
                 break
