@@ -7,8 +7,9 @@ initialised so no sentence stops early: the loop runs its 40 steps. Latency is p
 sentence at batch 1; throughput is sentences per second at batch 64. Rounds alternate
 between contenders so machine noise hits each alike.
 
-With --model DIR --data FILE it also scores beam 4 against greedy (sacreBLEU, lowercased)
-on the test split of a pair file, for a trained model directory.
+With --model DIR --data FILE it instead scores beam 4 against greedy (sacreBLEU, lowercased)
+on the test (or --split valid) split of a pair file, for a trained model directory, with
+the kformer first on the path (PYTHONPATH=/tmp/before for another checkout's).
 
     python bench/decode.py [--rounds 3]
     python bench/decode.py --model /tmp/kformer-bench-train/kformer --data ../shared/corpora/spa-eng/spa-eng.zip
@@ -107,17 +108,20 @@ def speed(rounds):
         )
 
 
-def quality(model_dir, data):
+def quality(model_dir, data, split):
     from kformer.data.pairs import read_pairs, split_pairs
     from kformer.training.evaluation import score
 
-    test = split_pairs(read_pairs(data))["test"]
-    references = [t for _, t in test]
+    pairs = split_pairs(read_pairs(data))[split]
+    references = [t for _, t in pairs]
+    print(f"kformer from {kformer.__file__}, the {split} split: {len(pairs):,} pairs", flush=True)
     for beam_size in (1, 4):
+        translator = kformer.Translator(model_dir, beam_size=beam_size)
+        translator.translate([s for s, _ in pairs[:64]])  # compiled before the clock starts
         started = time.perf_counter()
-        hypotheses = kformer.Translator(model_dir, beam_size=beam_size).translate([s for s, _ in test])
+        hypotheses = translator.translate([s for s, _ in pairs])
         result = score(hypotheses, references, lowercase=True)
-        print(f"beam {beam_size}: {result} in {time.perf_counter() - started:.0f} s", flush=True)
+        print(f"beam {beam_size}: {result} in {time.perf_counter() - started:.1f} s", flush=True)
 
 
 def main():
@@ -125,9 +129,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", help="a trained model directory, to score beam 4 against greedy")
     parser.add_argument("--data", help="the pair file whose test split to score on")
+    parser.add_argument("--split", choices=("valid", "test"), default="test", help="choose on valid, report test once")
     args = parser.parse_args()
     if args.model:
-        quality(args.model, args.data)
+        quality(args.model, args.data, args.split)
     else:
         speed(args.rounds)
 

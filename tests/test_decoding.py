@@ -1,6 +1,7 @@
 """Decoding: the KV cache against the plain path, beam against greedy, batching, bad input."""
 
 import inspect
+import itertools
 
 import keras
 import numpy as np
@@ -10,7 +11,7 @@ from conftest import VOCAB, copy_task_model, count_decode_steps, hesitant_model,
 
 from kformer import Translator, build_transformer
 from kformer.data.text import END_ID, PAD_ID, START_ID
-from kformer.inference.decoding import GROW, _step_function, _top_logits, beam_search, decode, greedy_search
+from kformer.inference.decoding import GROW, _step_function, _top_logits, beam_search, decode
 from kformer.layers import make_padding_mask
 
 
@@ -88,20 +89,6 @@ def test_buffers_of_a_length_known_at_run_time_grow_as_written(random_model):
     np.testing.assert_allclose(to_numpy(logits), full[:, :steps], atol=1e-4)
 
 
-def test_beam_of_one_is_greedy(random_model):
-    encoder, decoder = random_model.get_layer("encoder"), random_model.get_layer("decoder")
-    source = random_tokens(3, 6)
-    mask = make_padding_mask(source)
-    context = encoder(source)
-    done = tf.zeros([3], tf.bool)
-    step, state = _step_function(decoder, context, mask, 1, use_cache=True, rows=3, length=10)
-    greedy, greedy_log_probs = greedy_search(step, state, done, 10)
-    step, state = _step_function(decoder, context, mask, 1, use_cache=True, rows=3, length=10)
-    beam, beam_log_probs = beam_search(step, state, done, 10, beam_size=1, length_penalty=0.6)
-    np.testing.assert_array_equal(to_numpy(beam)[:, 0], to_numpy(greedy))
-    np.testing.assert_allclose(to_numpy(beam_log_probs)[:, 0], to_numpy(greedy_log_probs), rtol=1e-5)
-
-
 def test_decode_takes_one_cached_step_a_token_by_default(trained, monkeypatch):
     """The copy model on sources 2, 4 and 3 long (int64 ids): each copy, [END], [PAD]; 4 + 1 steps, the longest
     row's, each a cached step; the uncached path takes none and gives the same tokens."""
@@ -171,6 +158,22 @@ def test_decode_by_default_takes_the_likeliest_token_at_every_step(random_model)
     np.testing.assert_array_equal(np.where(output > 0, likeliest, 0), output)
 
 
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_no_search_writes_pad_or_start_even_where_the_model_likes_them_best(beam_size):
+    """[PAD] and [START] are no output tokens: a model whose output bias makes them its likeliest ids still
+    gets real tokens, [END] then only [PAD] (a [PAD] written mid-sentence would read as an early end)."""
+    keras.utils.set_random_seed(5)
+    model = build_transformer(len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
+    model.get_layer("decoder").output_projection.bias.assign(
+        np.isin(np.arange(len(VOCAB)), [PAD_ID, START_ID]).astype("float32") * 20.0
+    )
+    output = to_numpy(decode(model, random_tokens(4, 6), max_length=8, beam_size=beam_size))
+    assert not np.isin(output, [START_ID]).any()
+    for row in output:
+        written = row[: list(row).index(END_ID) + 1] if END_ID in row else row
+        assert len(written) and (written != PAD_ID).all()
+
+
 def test_decodes_length_penalty_is_the_translators_gnmt_0_6():
     penalty = inspect.signature(decode).parameters["length_penalty"].default
     assert penalty == inspect.signature(Translator).parameters["length_penalty"].default == 0.6
@@ -198,63 +201,147 @@ def test_top_logits_never_ranks_or_copies_the_whole_vocabulary():
     assert sorted(ranked) == [89, 4 * 90]
 
 
-def reference_beam_search(tables, max_length, beam_size, length_penalty):
-    """Beam search as its definition reads, in NumPy: rank all beam_size * V continuations.
+def reference_beam_search(tables, max_length, beam_size, length_penalty, every_hypothesis=True):
+    """Beam search with its finished hypotheses kept apart, as its definition reads, in NumPy.
 
-    The "model" is a bigram table for each sentence: the logits after token a in sentence s are tables[s, a].
-    Returns every sentence's beams ranked by GNMT's score, best first (B, beam, max_length), and their
-    log-probabilities (B, beam).
+    Each step ranks all beam_size * V continuations of the live beams by log-probability and takes the best
+    2 * beam_size: those ending in [END] join the finished hypotheses (the best beam_size by GNMT's score
+    kept), the best beam_size others stay live. A sentence is done when its best (or beam_size-th) finished
+    hypothesis scores at least a live one's log p over the penalty of max_length tokens. The live ones then
+    rank among the finished as long as they are. The "model" is a bigram table for each sentence: the
+    logits after token a in sentence s are tables[s, a]. Returns every sentence's hypotheses, best first
+    (B, beam, max_length), and their log-probabilities (B, beam).
     """
     batch, vocab = tables.shape[0], tables.shape[2]
     log_tables = tables - np.log(np.exp(tables).sum(2, keepdims=True))  # log-softmax per row
-    rows = batch * beam_size
-    sentence = np.arange(rows) // beam_size  # rows are sentence-major, and a beam's parent is of its sentence
-    tokens = np.zeros((rows, max_length + 1), np.int64)
-    tokens[:, 0] = START_ID
-    scores = np.tile([0.0] + [-1e9] * (beam_size - 1), batch)
-    lengths, finished = np.zeros(rows, np.int64), np.zeros(rows, bool)
-    for t in range(max_length):
-        if finished.all():
-            break
-        log_probs = log_tables[sentence, tokens[:, t]]  # (rows, V)
-        log_probs[finished] = np.where(np.arange(vocab) == 0, 0.0, -1e9)  # finished: [PAD] only, free
-        candidates = (scores[:, None] + log_probs).reshape(batch, beam_size * vocab)
-        top = np.argsort(-candidates, axis=1, kind="stable")[:, :beam_size]  # (B, beam)
-        parent = (top // vocab + np.arange(batch)[:, None] * beam_size).reshape(-1)
-        token = (top % vocab).reshape(-1)
-        scores = np.take_along_axis(candidates, top, 1).reshape(-1)
-        tokens, lengths, finished = tokens[parent], lengths[parent], finished[parent]
-        lengths += ~finished
-        tokens[:, t + 1] = token
-        finished |= token == END_ID
-    penalty = ((5.0 + lengths) / 6.0) ** length_penalty
-    ranked = np.argsort(-(scores / penalty).reshape(batch, beam_size), axis=1, kind="stable")
-    rows = (ranked + np.arange(batch)[:, None] * beam_size).reshape(-1)
-    return tokens[rows, 1:].reshape(batch, beam_size, max_length), scores[rows].reshape(batch, beam_size)
+    log_tables[:, :, [PAD_ID, START_ID]] = -np.inf  # no output tokens: never a continuation
+    settled = beam_size - 1 if every_hypothesis else 0  # the finished hypothesis that must beat every live one
+
+    def penalty(length):
+        return ((5.0 + length) / 6.0) ** length_penalty
+
+    results, result_scores = [], []
+    for s in range(batch):
+        live = [((START_ID,), 0.0)]  # (tokens, log p), best first
+        finished = []  # (GNMT score, tokens, log p), best first
+        steps = 0
+        while steps < max_length and not (
+            len(finished) > settled and finished[settled][0] >= live[0][1] / penalty(max_length)
+        ):
+            candidates = [(seq + (a,), p + log_tables[s, seq[-1], a]) for seq, p in live for a in range(vocab)]
+            order = sorted(range(len(candidates)), key=lambda i: -candidates[i][1])[: 2 * beam_size]  # stable
+            ended = [(p / penalty(steps + 1), seq, p) for seq, p in (candidates[i] for i in order) if seq[-1] == END_ID]
+            finished = sorted(finished + ended, key=lambda f: -f[0])[:beam_size]
+            live = [candidates[i] for i in order if candidates[i][0][-1] != END_ID][:beam_size]
+            steps += 1
+        cut = [(p / penalty(steps), seq, p) for seq, p in live]  # not finished: as long as they are
+        hypotheses = sorted(finished + cut, key=lambda f: -f[0])[:beam_size]
+        results.append([list(seq[1:]) + [PAD_ID] * (max_length + 1 - len(seq)) for _, seq, _ in hypotheses])
+        result_scores.append([p for _, _, p in hypotheses])
+    return np.array(results), np.array(result_scores)
 
 
-@pytest.mark.parametrize("beam_size, length_penalty", [(2, 0.0), (4, 0.6), (5, 1.0)])
-def test_beam_search_equals_the_reference_search(beam_size, length_penalty):
-    """Six sentences, each its own search: they end at different steps, some never."""
-    vocab, batch, max_length = 12, 6, 9
-    rng = np.random.default_rng(beam_size)
-    tables = rng.normal(0, 2, size=(batch, vocab, vocab))
-    tables[:, :, END_ID] += rng.normal(0, 1.5, size=(batch, vocab))  # sentences end at different steps
-    tables[:, :, :END_ID] = -30.0  # the reserved ids 0-2 are never likely
+def bigram_search(tables, max_length, beam_size, length_penalty, every_hypothesis=True):
+    """`beam_search` over the bigram model of `reference_beam_search`."""
     logits_tables = tf.constant(tables, tf.float32)
-    sentence = tf.range(batch * beam_size) // beam_size
+    sentence = tf.range(len(tables) * beam_size) // beam_size
 
     def step(tokens, t, state):
         return tf.gather_nd(logits_tables, tf.stack([sentence, tf.gather(tokens, t, axis=1)], axis=1)), state
 
-    done = tf.zeros([batch * beam_size], tf.bool)
-    ours, log_probs = beam_search(step, (), done, max_length, beam_size, length_penalty)
-    expected, expected_log_probs = reference_beam_search(tables, max_length, beam_size, length_penalty)
-    assert len({tuple(row) for row in expected[:, 0]}) == batch  # six searches, not one six times
+    done = tf.zeros([len(tables) * beam_size], tf.bool)
+    found = beam_search(step, (), done, max_length, beam_size, length_penalty, every_hypothesis=every_hypothesis)
+    return tuple(to_numpy(x) for x in found)
+
+
+def bigram_tables(batch, vocab, seed):
+    """Random bigram logits, peaked enough that long hypotheses can win, where sentences end at different
+    steps (the later, the lower [END]'s logits) or never, none ends at once, and ids 0-2 are never likely."""
+    rng = np.random.default_rng(seed)
+    tables = rng.normal(0, 4, size=(batch, vocab, vocab))
+    tables[:, :, END_ID] += rng.normal(0, 2, size=(batch, vocab)) + np.linspace(-8, -1, batch)[:, None]
+    tables[:, :, :END_ID] = -30.0
+    tables[:, START_ID, END_ID] = -40.0
+    return tables
+
+
+@pytest.mark.parametrize(
+    "beam_size, length_penalty, every_hypothesis", [(1, 0.6, True), (2, 0.0, True), (4, 0.6, False), (5, 1.0, True)]
+)
+def test_beam_search_equals_the_reference_search(beam_size, length_penalty, every_hypothesis):
+    """Six sentences, each its own search: they end at different steps, some never."""
+    tables = bigram_tables(batch=6, vocab=12, seed=4)
+    ours, log_probs = bigram_search(tables, 9, beam_size, length_penalty, every_hypothesis)
+    expected, expected_log_probs = reference_beam_search(tables, 9, beam_size, length_penalty, every_hypothesis)
+    assert len({tuple(row) for row in expected[:, 0]}) == 6  # six searches, not one six times
     assert {bool(ended) for ended in (expected[:, 0] == END_ID).any(axis=1)} == {True, False}
-    np.testing.assert_array_equal(to_numpy(ours), expected)  # every beam, in rank order
-    np.testing.assert_allclose(to_numpy(log_probs), expected_log_probs, rtol=1e-5)
+    shown = beam_size if every_hypothesis else 1  # without every_hypothesis only the best is settled
+    np.testing.assert_array_equal(ours[:, :shown], expected[:, :shown])
+    np.testing.assert_allclose(log_probs[:, :shown], expected_log_probs[:, :shown], rtol=1e-5)
     assert all(len({tuple(beam) for beam in beams}) == beam_size for beams in expected)  # distinct hypotheses
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 0.6, 1.0])
+def test_a_beam_as_wide_as_the_tree_finds_the_best_hypothesis_of_all(length_penalty):
+    """Against brute force: every output of up to 4 tokens over the 3 usable ids, scored by GNMT, those cut
+    at 4 tokens without [END] counted 4 long.
+
+    A beam of 27 keeps every live prefix, so only a wrong stop (the bound on what a live hypothesis can
+    still reach) or a wrong final ranking can miss the best one.
+    """
+    max_length, beam_size = 4, 27
+    tables = bigram_tables(batch=5, vocab=28, seed=7)
+    tables[:, :, 6:] = tables[:, :, 3:4] = -30.0  # the usable ids: [END], 4 and 5
+    log_tables = tables - np.log(np.exp(tables).sum(2, keepdims=True))
+    ours, log_probs = bigram_search(tables, max_length, beam_size, length_penalty)
+    ended = [(*words, END_ID) for n in range(max_length) for words in itertools.product([4, 5], repeat=n)]
+    outputs = ended + list(itertools.product([4, 5], repeat=max_length))
+    for s in range(len(tables)):
+        scores = [
+            sum(log_tables[s, a, b] for a, b in itertools.pairwise((START_ID, *output)))
+            / ((5.0 + len(output)) / 6.0) ** length_penalty
+            for output in outputs
+        ]
+        best = outputs[int(np.argmax(scores))]
+        np.testing.assert_array_equal(ours[s, 0], [*best, *[PAD_ID] * (max_length - len(best))])
+        np.testing.assert_allclose(
+            log_probs[s, 0] / ((5.0 + len(best)) / 6.0) ** length_penalty, max(scores), rtol=1e-5, atol=1e-5
+        )
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 0.6])
+def test_a_finished_hypothesis_is_never_pushed_out_by_likelier_live_ones(length_penalty):
+    """Beam 2 on a hand-made bigram model (ids: [END] 3, A 4, B 5, C 6): after [START] comes C (0.95); after C,
+    [END] (0.25) or A (0.7); after A, A or B (0.5 each); after B, [END] (0.1), A or B. "C [END]" (log p -1.44)
+    is the best output; the two "C A x" (-1.10) are likelier while they last, so a search that ranks finished
+    and live hypotheses in one pool of 2 drops "C [END]" at the third step and ends with a worse one."""
+    probabilities = np.full((7, 7), 1e-6)
+    probabilities[START_ID, 6] = 0.95
+    probabilities[6, [END_ID, 4]] = 0.25, 0.7
+    probabilities[4, [4, 5]] = 0.5
+    probabilities[5, [END_ID, 4, 5]] = 0.1, 0.45, 0.45
+    tables = np.log(probabilities)[None]
+    tokens, log_probs = bigram_search(tables, 8, 2, length_penalty)
+    np.testing.assert_array_equal(tokens[0, 0, :3], [6, END_ID, PAD_ID])
+    assert log_probs[0, 0] == pytest.approx(
+        np.log(0.95 / probabilities[START_ID].sum() * 0.25 / probabilities[6].sum())
+    )
+
+
+def test_an_empty_source_ends_at_once_with_one_hypothesis():
+    """An empty source (start_done) gives [PAD] only, log p 0, and its other hypotheses never lived."""
+    tables = bigram_tables(batch=2, vocab=8, seed=3)
+    logits_tables = tf.constant(tables, tf.float32)
+    sentence = tf.range(6) // 3
+
+    def step(tokens, t, state):
+        return tf.gather_nd(logits_tables, tf.stack([sentence, tf.gather(tokens, t, axis=1)], axis=1)), state
+
+    done = tf.constant([True] * 3 + [False] * 3)
+    tokens, log_probs = (to_numpy(x) for x in beam_search(step, (), done, 6, 3, 0.6))
+    assert (tokens[0] == PAD_ID).all() and log_probs[0, 0] == 0.0 and (log_probs[0, 1:] <= -1e8).all()
+    expected, _ = reference_beam_search(tables[1:], 6, 3, 0.6)
+    np.testing.assert_array_equal(tokens[1], expected[0])
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])

@@ -116,6 +116,13 @@ def _top_logits(logits, k):
     return values, ids, tf.reduce_max(block_max, axis=1)
 
 
+def _never_chosen(logits):
+    """`logits` (R, V) with [PAD] and [START] at -1e9: a search never writes them (they are no output tokens);
+    the log-probabilities stay the model's, normalised over every id as a teacher-forced pass does."""
+    reserved = tf.equal(tf.range(logits.shape[-1]), PAD_ID) | tf.equal(tf.range(logits.shape[-1]), START_ID)
+    return tf.where(reserved, _NEG_INF, logits)
+
+
 def _forced(prefix_tokens, t):
     """(whether row r's token t + 1 is its prefix's (R,), that token (R,)); prefix_tokens `(R, P)`, 0-padded."""
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix_tokens, PAD_ID), tf.int32), axis=1)
@@ -177,7 +184,8 @@ def greedy_search(
     def body(t, tokens, done, log_probs, state):
         logits, state = step(tokens, t, state)
         logits = tf.cast(logits, tf.float32)  # (B, V)
-        allowed = without_repeats(logits, tokens, t, no_repeat_ngram) if no_repeat_ngram else logits
+        allowed = _never_chosen(logits)
+        allowed = without_repeats(allowed, tokens, t, no_repeat_ngram) if no_repeat_ngram else allowed
         chosen_token = tf.argmax(allowed, axis=-1, output_type=tf.int32) if choose is None else choose(allowed, t)
         if prefix_tokens is not None:
             forced, forced_token = _forced(prefix_tokens, t)
@@ -264,7 +272,7 @@ def continue_prompts(decoder, prompt_tokens, max_new_tokens, choose, stop_id=END
         logits, state = step(tokens, t, state)  # the next position, t + 1
         in_prompt = t + 1 <= prompt_lengths  # (B,): position t + 1 holds a prompt token
         prompt_token = tf.gather(tokens, tf.reshape(t + 1, [1]), axis=1)[:, 0]
-        next_token = tf.where(in_prompt, prompt_token, tf.where(done, PAD_ID, choose(logits, t)))
+        next_token = tf.where(in_prompt, prompt_token, tf.where(done, PAD_ID, choose(_never_chosen(logits), t)))
         written = t + 1 - prompt_lengths  # tokens generated so far, with this one
         done |= ~in_prompt & (tf.equal(next_token, stop_id) | (written >= max_new_tokens))
         return t + 1, _write_column(tokens, t + 1, next_token), done, state
@@ -288,75 +296,114 @@ def beam_search(
     buffer_length=None,
     prefix_tokens=None,
     no_repeat_ngram=0,
+    every_hypothesis=True,
 ):
-    """Keeps the `beam_size` most likely prefixes per sentence; returns them all, best first.
+    """Keeps the `beam_size` most likely unfinished prefixes per sentence and its best finished ones apart.
 
     Rows of `state`, `start_done` and `prefix_tokens` (as in `greedy_search`)
-    are already repeated `beam_size` times (sentence-major). A finished beam
-    keeps its score and can only continue with [PAD]; a beam inside its
-    prefix, only with the prefix's next token. The beams are ranked by
-    `length_normalized(log p, length, length_penalty)`, GNMT's length penalty
-    (0 compares raw log-probabilities). With `no_repeat_ngram`, a beam cannot
-    continue into an n-gram it holds (`without_repeats`).
+    are already repeated `beam_size` times (sentence-major). Each step ranks
+    the live beams' continuations by log-probability, as Flax's WMT decoder and
+    fairseq do: those ending in [END] go to the sentence's finished hypotheses,
+    which are ranked by `length_normalized(log p, length, length_penalty)`
+    (GNMT's length penalty; 0 compares raw log-probabilities), and the best
+    `beam_size` others stay live, so a finished hypothesis is never pushed out
+    by a longer, live one. A sentence is done when its best finished
+    hypothesis (with `every_hypothesis`, its `beam_size`-th) scores at least
+    what any live one could reach: log p only falls as a beam grows, so a live
+    beam scores at most its log p over the penalty of `max_length` tokens. A
+    beam inside its prefix continues only with the prefix's next token; with
+    `no_repeat_ngram`, a beam cannot continue into an n-gram it holds.
 
     Returns:
         `(tokens, log_probs)`: int32 `(B, beam_size, max_length)` (or `buffer_length`
-        wide), each like a row of `greedy_search`'s; float32 `(B, beam_size)`, the
-        sum of each one's log-probabilities. A sentence's beams are distinct, except
-        for an empty source's, of which only the first was ever alive (the others
-        score about -1e9).
+        wide), each like a row of `greedy_search`'s, best first, where a hypothesis
+        cut at `max_length` (no [END]) ranks as `max_length` tokens long, as in
+        fairseq; float32 `(B, beam_size)`, the sum of each one's log-probabilities. Without
+        `every_hypothesis`, only the first is sure to be the best; the search may
+        stop sooner. A sentence's hypotheses are distinct, except for an empty
+        source's: it ends at once, and its others are [PAD] only, scoring -1e9.
     """
     rows = tf.shape(start_done)[0]
     batch = rows // beam_size
     tokens = _token_buffer(rows, max_length, buffer_length)
+    width = tokens.shape[1] or tf.shape(tokens)[1]  # static where it is known (XLA)
+    fanout = 2 * beam_size  # at most beam_size candidates end ([END] once a beam), so beam_size others remain
     first_only = tf.concat([[0.0], tf.fill([beam_size - 1], _NEG_INF)], axis=0)  # (beam,)
-    # Only the first beam of each sentence is alive at the start, so the
-    # first step does not pick the same token beam_size times.
-    scores = tf.tile(first_only, [batch])  # (B * beam,)
-    lengths = tf.zeros([rows], tf.int32)
+    # Only the first beam of each sentence is alive at the start, so the first step does not pick
+    # the same token beam_size times. An empty source is finished at once: [PAD] only, scoring 0.
+    empty = tf.reshape(start_done, [batch, beam_size])[:, 0]  # (B,)
+    scores = tf.where(tf.repeat(empty, beam_size), _NEG_INF, tf.tile(first_only, [batch]))  # (B * beam,)
+    finished_slots = tf.expand_dims(empty, 1) & tf.equal(tf.range(beam_size), 0)  # (B, beam)
+    finished = (
+        tf.reshape(tokens, [batch, beam_size, -1]) * 0,  # tokens: [PAD] only (an empty source's first)
+        tf.where(finished_slots, 0.0, _NEG_INF),  # ranking scores, best first; -1e9: no hypothesis yet
+        tf.zeros([batch, beam_size]),  # log-probabilities
+        finished_slots,
+    )
+    ceiling = tf.pow((5.0 + tf.cast(max_length, tf.float32)) / 6.0, length_penalty)  # the penalty of max_length
+    worst_kept = beam_size - 1 if every_hypothesis else 0
 
-    def body(t, tokens, scores, lengths, finished, state):
+    def searching(t, tokens, scores, finished, state):
+        live_best = tf.reduce_max(tf.reshape(scores, [batch, beam_size]), axis=1)  # (B,)
+        beaten = finished[3][:, worst_kept] & (finished[1][:, worst_kept] >= live_best / ceiling)
+        return (t < max_length) & ~tf.reduce_all(beaten | (live_best <= _NEG_INF / 2))  # or none alive
+
+    def body(t, tokens, scores, finished, state):
         logits, state = step(tokens, t, state)
         logits = tf.cast(logits, tf.float32)  # (B * beam, V)
-        # A sentence's best beam_size continuations are among the best
-        # beam_size tokens of each of its beams: rank beam_size^2 candidates,
-        # not beam_size * V, and normalise only those.
+        per_beam = min(fanout, logits.shape[-1])
+        # A sentence's best 2 * beam_size continuations are among the best 2 * beam_size tokens
+        # of each of its beams: rank beam_size * 2 * beam_size candidates, not beam_size * V,
+        # and normalise only those.
+        allowed = _never_chosen(logits)
         if no_repeat_ngram:  # banned tokens rank last; the log-probabilities stay the model's, not renormalised
-            top_logits, top_tokens, _ = _top_logits(without_repeats(logits, tokens, t, no_repeat_ngram), beam_size)
+            top_logits, top_tokens, _ = _top_logits(without_repeats(allowed, tokens, t, no_repeat_ngram), per_beam)
             log_normaliser = tf.reduce_logsumexp(logits, axis=1)
         else:
-            top_logits, top_tokens, row_max = _top_logits(logits, beam_size)  # (B * beam, beam) x 2, (B * beam,)
+            top_logits, top_tokens, row_max = _top_logits(allowed, per_beam)  # (B * beam, per_beam) x 2, (B * beam,)
+            row_max = tf.maximum(row_max, tf.reduce_max(logits[:, : START_ID + 1], axis=1))  # of every id
             log_normaliser = row_max + tf.math.log(tf.reduce_sum(tf.exp(logits - row_max[:, None]), axis=1))
         log_probs = top_logits - tf.expand_dims(log_normaliser, 1)
         if prefix_tokens is not None:  # a beam inside its prefix has one continuation, the prefix's next token
             forced, forced_token = _forced(prefix_tokens, t)
             forced_log_prob = tf.gather(logits, forced_token, batch_dims=1) - log_normaliser  # (B * beam,)
+            only = tf.concat([[0.0], tf.fill([per_beam - 1], _NEG_INF)], axis=0)
             forced_rows = tf.expand_dims(forced, 1)
-            log_probs = tf.where(forced_rows, tf.expand_dims(forced_log_prob, 1) + first_only, log_probs)
+            log_probs = tf.where(forced_rows, tf.expand_dims(forced_log_prob, 1) + only, log_probs)
             top_tokens = tf.where(forced_rows, tf.expand_dims(forced_token, 1), top_tokens)
-        # A finished beam has one continuation, [PAD], at no cost.
-        finished_rows = tf.expand_dims(finished, 1)  # (B * beam, 1)
-        log_probs = tf.where(finished_rows, first_only, log_probs)
-        top_tokens = tf.where(finished_rows, PAD_ID, top_tokens)
-        candidates = tf.reshape(tf.expand_dims(scores, 1) + log_probs, [batch, beam_size * beam_size])
-        top_scores, top = tf.math.top_k(candidates, k=beam_size)  # (B, beam): indices into the candidates
-        parent = tf.reshape(top // beam_size + tf.expand_dims(tf.range(batch) * beam_size, 1), [-1])  # (B * beam,)
-        next_token = tf.reshape(tf.gather(tf.reshape(top_tokens, [batch, -1]), top, batch_dims=1), [-1])
-        tokens, lengths, finished, state = _gather_rows((tokens, lengths, finished, state), parent)
-        lengths += tf.cast(~finished, tf.int32)
-        tokens = _write_column(tokens, t + 1, next_token)
-        finished |= tf.equal(next_token, END_ID)
-        return t + 1, tokens, tf.reshape(top_scores, [-1]), lengths, finished, state
+        candidates = tf.reshape(tf.expand_dims(scores, 1) + log_probs, [batch, beam_size * per_beam])
+        top_scores, top = tf.math.top_k(candidates, k=fanout)  # (B, 2 * beam): indices into the candidates
+        parent = top // per_beam + tf.expand_dims(tf.range(batch) * beam_size, 1)  # (B, 2 * beam)
+        next_token = tf.gather(tf.reshape(top_tokens, [batch, -1]), top, batch_dims=1)  # (B, 2 * beam)
+        grown = _write_column(tf.gather(tokens, tf.reshape(parent, [-1])), t + 1, tf.reshape(next_token, [-1]))
+        grown = tf.reshape(grown, [batch, fanout, width])
+        ended = tf.equal(next_token, END_ID) & (top_scores > _NEG_INF / 2)  # a dead beam's [END] is not a hypothesis
+        # The finished hypotheses: the best beam_size of those kept and those ending now (kept ones first at a tie).
+        ranking = tf.where(ended, length_normalized(top_scores, t + 1, length_penalty), _NEG_INF)
+        pooled = (
+            tf.concat([finished[0], grown], axis=1),
+            tf.concat([finished[1], ranking], axis=1),
+            tf.concat([finished[2], top_scores], axis=1),
+            tf.concat([finished[3], ended], axis=1),
+        )
+        _, best = tf.math.top_k(pooled[1], k=beam_size)  # (B, beam)
+        finished = tuple(tf.gather(x, best, batch_dims=1) for x in pooled)
+        # The live beams: the best beam_size that did not end.
+        live_scores, live = tf.math.top_k(tf.where(ended, 2 * _NEG_INF, top_scores), k=beam_size)  # (B, beam)
+        tokens = tf.reshape(tf.gather(grown, live, batch_dims=1), [rows, width])
+        state = _gather_rows(state, tf.reshape(tf.gather(parent, live, batch_dims=1), [-1]))
+        return t + 1, tokens, tf.reshape(live_scores, [-1]), finished, state
 
-    _, tokens, scores, lengths, _, _ = tf.while_loop(
-        lambda t, tokens, scores, lengths, finished, state: (t < max_length) & ~tf.reduce_all(finished),
-        body,
-        (tf.constant(0), tokens, scores, lengths, start_done, state),
-    )
-    normalized = tf.reshape(length_normalized(scores, lengths, length_penalty), [batch, beam_size])
-    _, ranked = tf.math.top_k(normalized, k=beam_size)  # (B, beam): best first, ties to the lower beam
-    tokens = tf.gather(tf.reshape(tokens[:, 1:], [batch, beam_size, -1]), ranked, batch_dims=1)
-    return tokens, tf.gather(tf.reshape(scores, [batch, beam_size]), ranked, batch_dims=1)
+    t, tokens, scores, finished, _ = tf.while_loop(searching, body, (tf.constant(0), tokens, scores, finished, state))
+    # The live ones compete too, as t tokens long: they did not finish within max_length (or cannot win).
+    live_ranking = length_normalized(tf.reshape(scores, [batch, beam_size]), t, length_penalty)
+    _, best = tf.math.top_k(tf.concat([finished[1], live_ranking], axis=1), k=beam_size)  # (B, beam)
+    live = (tf.reshape(tokens, [batch, beam_size, -1]), tf.reshape(scores, [batch, beam_size]))
+    hypotheses = tf.gather(tf.concat([finished[0], live[0]], axis=1), best, batch_dims=1)
+    log_probs = tf.gather(tf.concat([finished[2], live[1]], axis=1), best, batch_dims=1)
+    never_lived = log_probs <= _NEG_INF / 2  # an empty source's others
+    hypotheses = tf.where(never_lived[:, :, None], PAD_ID, hypotheses)
+    return hypotheses[:, :, 1:], tf.where(never_lived, _NEG_INF, log_probs)
 
 
 def length_normalized(log_probs, lengths, length_penalty):
@@ -392,8 +439,10 @@ def search(
             and caches of that many positions, so that every shape is static
             and the whole loop compiles with XLA (see `Translator(xla=True)`);
             None sizes them to `max_length`, which may be a tensor.
-        with_log_probs: False: greedy search gives log-probabilities of 0, a
-            little faster (`greedy_search`); beam search ranks by them anyway.
+        with_log_probs: False when only the best hypothesis's tokens are wanted:
+            greedy search gives log-probabilities of 0, a little faster
+            (`greedy_search`); beam search may stop as soon as its best is
+            settled (`beam_search`'s `every_hypothesis`).
         choose: greedy search only: draw each token with this `sampler` instead.
         prefix_tokens: None, or int32 `(B, P)`, 0-padded, no [END]: each
             hypothesis starts with its sentence's prefix (its tokens count in
@@ -419,7 +468,7 @@ def search(
         done = tf.repeat(empty, beam_size)
         prefix_rows = None if prefix_tokens is None else tf.repeat(prefix_tokens, beam_size, axis=0)
         settings = (beam_size, length_penalty, buffer_length, prefix_rows, no_repeat_ngram)
-        return beam_search(step, state, done, max_length, *settings)
+        return beam_search(step, state, done, max_length, *settings, every_hypothesis=with_log_probs)
     settings = (buffer_length, with_log_probs, choose, prefix_tokens, no_repeat_ngram)
     tokens, log_probs = greedy_search(step, state, empty, max_length, *settings)
     return tokens[:, None], log_probs[:, None]
