@@ -53,8 +53,8 @@ def runtimes(trained, out, beam_size):
         "Keras, XLA": lambda ids: xla.translate_ids(ids).numpy(),
         "Keras, graph loop": lambda ids: plain.translate_ids(ids).numpy(),
         "SavedModel": lambda ids: saved(encoder_tokens=tf.constant(ids))["output_tokens"].numpy(),
-        "TFLite": lambda ids: np.asarray(next(iter(tflite(encoder_tokens=ids).values()))),
-        "ONNX Runtime": lambda ids: onnx.run(None, {onnx_input: ids})[0],
+        "TFLite": lambda ids: np.asarray(tflite(encoder_tokens=ids)["output_tokens"]),
+        "ONNX Runtime": lambda ids: onnx.run(["output_tokens"], {onnx_input: ids})[0],
     }
 
 

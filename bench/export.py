@@ -53,10 +53,10 @@ def runners(trained, out, xla_out):
     for variant in ("", "_float16", "_int8"):
         interpreter = Interpreter(model_path=str(out / "tflite" / f"translate_ids{variant}.tflite"))
         runner = interpreter.get_signature_runner()
-        result[f"TFLite {variant[1:] or 'float32'}"] = lambda ids, r=runner: next(iter(r(encoder_tokens=ids).values()))
+        result[f"TFLite {variant[1:] or 'float32'}"] = lambda ids, r=runner: r(encoder_tokens=ids)["output_tokens"]
     session = onnxruntime.InferenceSession(str(out / "onnx" / "translate_ids.onnx"))
     name = session.get_inputs()[0].name
-    result["ONNX Runtime"] = lambda ids: session.run(None, {name: ids})[0]
+    result["ONNX Runtime"] = lambda ids: session.run(["output_tokens"], {name: ids})[0]
     return result
 
 

@@ -8,8 +8,14 @@ export's WordPiece pieces (wordpiece.py), translates a sentence over the model's
 max_length tokens in pieces and allows the same number of output tokens as
 kformer's decoder (wordpiece.output_limit), as kformer's graph does, so greedy
 decoding gives kformer's tokens. Beam search scores length differently (CTranslate2 divides by
-length ** length_penalty; kformer uses GNMT's ((5 + length) / 6) ** 0.6), so
-beam outputs can differ.
+length ** length_penalty; kformer uses GNMT's ((5 + length) / 6) ** alpha, 0.6 by default), so
+beam outputs can differ; with --length-penalty 0 both rank by log-probability alone.
+
+    python export/ctranslate2_client.py EXPORT_DIR --beam 4 --n-best 4 --scores --length-penalty 0 "..."
+
+With --n-best K each line is read as one sentence (as `kformer translate --n-best` does) and
+gives K lines `index<TAB>score<TAB>translation`, best first, the score CTranslate2's: the
+translation's log-probability ([END] included) over length ** length_penalty.
 """
 
 import argparse
@@ -51,6 +57,40 @@ class Client:
         )
         return [[self.target.ids[t] for t in r.hypotheses[0]] for r in results]
 
+    def n_best(self, sentences, beam_size, n_best, length_penalty=None):
+        """Each sentence read as one -> its `n_best` translations, best first, as (text, score) pairs.
+
+        `length_penalty`: CTranslate2's (None: the export's, from its manifest, which CTranslate2 applies
+        as length ** alpha, not GNMT's; 0: log-probability alone, as kformer with length_penalty=0).
+        """
+        if not 1 <= n_best <= beam_size:
+            raise ValueError(f"n_best must be between 1 and the beam size ({beam_size}), got n_best={n_best}.")
+        alpha = self.manifest.get("length_penalty", 0.6) if length_penalty is None else length_penalty
+        ids = [self.source.tokenize(sentence) for sentence in sentences]
+        too_long = [i for i, row in enumerate(ids) if len(row) > self.manifest["max_length"]]
+        if too_long:
+            raise ValueError(
+                f"sentence {too_long[0] + 1} has {len(ids[too_long[0]])} pieces, more than the model's max_length "
+                f"({self.manifest['max_length']}); --n-best reads a line as one sentence: split it first."
+            )
+        lists = [[] for _ in sentences]
+        rows = [i for i, row in enumerate(ids) if row]  # an empty line gives one empty translation
+        for i in set(range(len(sentences))) - set(rows):
+            lists[i] = [("", 0.0)]
+        if rows:
+            results = self.translator.translate_batch(
+                [[self.source.vocabulary[t] for t in ids[i]] for i in rows],
+                beam_size=beam_size,
+                num_hypotheses=n_best,
+                return_scores=True,
+                length_penalty=alpha,
+                max_decoding_length=output_limit(self.manifest, max(len(ids[i]) for i in rows)),
+            )
+            for i, result in zip(rows, results, strict=True):
+                texts = [self.target.detokenize([self.target.ids[t] for t in h]) for h in result.hypotheses]
+                lists[i] = list(zip(texts, result.scores, strict=True))
+        return lists
+
 
 def translate(export_dir, sentences, model="ctranslate2", beam_size=1):
     return Client(export_dir, model).translate(sentences, beam_size)
@@ -62,10 +102,20 @@ def main():
     parser.add_argument("sentences", nargs="+")
     parser.add_argument("--model", default="ctranslate2", help="a CTranslate2 model folder in EXPORT_DIR")
     parser.add_argument("--beam", type=int, default=1)
+    parser.add_argument("--n-best", type=int, help="hypotheses a sentence, best first (<= --beam)")
+    parser.add_argument("--scores", action="store_true", help="print each translation's score (with --n-best)")
+    parser.add_argument("--length-penalty", type=float, help="CTranslate2's alpha (default: the export's)")
     args = parser.parse_args()
     try:
-        print("\n".join(translate(args.export_dir, args.sentences, args.model, args.beam)))
-    except ExportFolderError as error:
+        if args.n_best is None and not args.scores:
+            print("\n".join(translate(args.export_dir, args.sentences, args.model, args.beam)))
+            return
+        client = Client(args.export_dir, args.model)
+        lists = client.n_best(args.sentences, args.beam, args.n_best or 1, args.length_penalty)
+        for index, hypotheses in enumerate(lists):
+            for text, score in hypotheses:
+                print(f"{index}\t{score:.4f}\t{text}" if args.scores else f"{index}\t{text}")
+    except (ExportFolderError, ValueError) as error:
         sys.exit(f"{parser.prog}: error: {error}")
 
 

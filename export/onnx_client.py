@@ -27,7 +27,8 @@ def translate(export_dir, sentences):
     session = onnxruntime.InferenceSession(str(export_dir / "onnx" / "translate_ids.onnx"))
 
     def translate_pieces(pieces):
-        return session.run(None, {session.get_inputs()[0].name: np.array(pad_batch(pieces), dtype=np.int32)})[0]
+        ids = np.array(pad_batch(pieces), dtype=np.int32)
+        return session.run(["output_tokens"], {session.get_inputs()[0].name: ids})[0]  # log_probs is the other
 
     return by_sentence(lambda flat: by_piece(translate_pieces, flat, source, target, manifest), sentences, manifest)
 

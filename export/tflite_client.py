@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wordpiece import ExportFolderError, WordPiece, by_piece, by_sentence, pad_batch, read_manifest  # noqa: E402
 
 
-def run_signature(interpreter, **inputs):
-    runner = interpreter.get_signature_runner()
-    return next(iter(runner(**inputs).values()))
+def run_signature(interpreter, output, **inputs):
+    """The output named `output` of the model's one signature."""
+    return interpreter.get_signature_runner()(**inputs)[output]
 
 
 def translate_ids(export_dir, sentences, model="translate_ids.tflite"):
@@ -37,7 +37,7 @@ def translate_ids(export_dir, sentences, model="translate_ids.tflite"):
     interpreter = Interpreter(model_path=str(export_dir / "tflite" / model))
 
     def translate_pieces(pieces):
-        return run_signature(interpreter, encoder_tokens=np.array(pad_batch(pieces), dtype=np.int32))
+        return run_signature(interpreter, "output_tokens", encoder_tokens=np.array(pad_batch(pieces), dtype=np.int32))
 
     return by_sentence(lambda flat: by_piece(translate_pieces, flat, source, target, manifest), sentences, manifest)
 
@@ -54,7 +54,7 @@ def translate_strings(export_dir, sentences):
     target = WordPiece(Path(export_dir) / "target_vocab.txt")  # for the spacing rules
 
     def translate_sentences(sentences):
-        output = run_signature(interpreter, texts=np.array(sentences, dtype=object))
+        output = run_signature(interpreter, "translations", texts=np.array(sentences, dtype=object))
         return [target.space(text.decode("utf-8")) for text in output]
 
     sentences = [unicodedata.normalize("NFC", s) for s in sentences]  # the graph does not normalise

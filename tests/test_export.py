@@ -13,7 +13,7 @@ from conftest import ODD_TEXTS, REPO, VOCAB, copy_task_model, run_fresh_python, 
 
 from kformer import Translator
 from kformer.cli import main
-from kformer.data.text import END_ID
+from kformer.data.text import END_ID, PAD_ID, START_ID
 from kformer.deploy.export import ExportError, export
 from kformer.inference.decoding import decode
 
@@ -35,6 +35,18 @@ def exported(trained, tmp_path_factory):
     return out, json.loads((out / "manifest.json").read_text())
 
 
+def numpy_log_probs(model, tokens, output):
+    """log p of each output row ([END] included, [PAD] after it left out): NumPy's log-softmax of the model's
+    teacher-forced logits, independent of the search that chose the tokens."""
+    decoder_tokens = np.concatenate([np.full((len(output), 1), START_ID), output[:, :-1]], 1).astype("int32")
+    decoder_tokens[decoder_tokens == END_ID] = PAD_ID
+    logits = to_numpy(model([tokens, decoder_tokens])).astype("float64")
+    log_softmax = logits - logits.max(-1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_softmax, output[..., None].astype("int64"), -1)[..., 0]
+    return np.where(output != PAD_ID, picked, 0.0).sum(1).astype("float32")
+
+
 @pytest.fixture(scope="module")
 def reference(trained, exported):
     """What the Keras model gives on fixed inputs, saved for the fresh processes."""
@@ -42,9 +54,11 @@ def reference(trained, exported):
     tokens = np.array([[4, 5, 6, 0, 0], [15, 14, 13, 12, 11], [7, 8, 9, 10, 0], [5, 0, 0, 0, 0]], "int32")
     decoder_tokens = np.array([[2, 4, 5, 6], [2, 15, 14, 13], [2, 7, 8, 9], [2, 5, 0, 0]], "int32")
     ids = to_numpy(decode(trained.model, tokens, max_length=20))  # the output limit of 5 tokens: max(12, 2 x 5 + 10)
+    log_probs = numpy_log_probs(trained.model, tokens, ids)
     logits = to_numpy(trained.model([tokens, decoder_tokens]))
     directory = out.parent
-    for name, array in [("tokens", tokens), ("decoder_tokens", decoder_tokens), ("ids", ids), ("logits", logits)]:
+    arrays = [("tokens", tokens), ("decoder_tokens", decoder_tokens), ("ids", ids), ("logits", logits)]
+    for name, array in [*arrays, ("log_probs", log_probs)]:
         np.save(directory / f"{name}.npy", array)
     return directory
 
@@ -120,8 +134,12 @@ def assert_saved_model_runs_alone(out, reference):
         import sys, numpy as np, tensorflow as tf, tensorflow_text
         loaded = tf.saved_model.load("{out}/saved_model/kformer/1")
         assert "kformer" not in sys.modules
-        ids = loaded.signatures["translate_ids"](encoder_tokens=tf.constant(np.load("tokens.npy")))["output_tokens"]
-        np.testing.assert_array_equal(ids.numpy(), np.load("ids.npy"))
+        found = loaded.signatures["translate_ids"](encoder_tokens=tf.constant(np.load("tokens.npy")))
+        np.testing.assert_array_equal(found["output_tokens"].numpy(), np.load("ids.npy"))
+        np.testing.assert_allclose(found["log_probs"].numpy(), np.load("log_probs.npy"), rtol=1e-4, atol=1e-4)
+        every = loaded.signatures["search_ids"](encoder_tokens=tf.constant(np.load("tokens.npy")))  # greedy: one
+        np.testing.assert_array_equal(every["output_tokens"].numpy()[:, 0], np.load("ids.npy"))
+        np.testing.assert_allclose(every["log_probs"].numpy()[:, 0], np.load("log_probs.npy"), rtol=1e-4, atol=1e-4)
         texts = loaded.signatures["serving_default"](texts=tf.constant(["a b c", ""]))["translations"].numpy()
         assert [t.decode() for t in texts] == ["a b c", ""], texts
         """,
@@ -155,11 +173,13 @@ def test_tflite_holds_builtin_ops_only_and_matches_keras(exported, reference):
             interpreter = Interpreter(model_path="{out}/tflite/" + name + ".tflite")
             ops = {{op["op_name"] for op in interpreter._get_ops_details()}}
             assert not any(o.startswith("Flex") or o == "CUSTOM" for o in ops), (name, ops)
-        run = lambda name, **inputs: next(iter(
-            Interpreter(model_path="{out}/tflite/" + name + ".tflite").get_signature_runner()(**inputs).values()))
+        run = lambda name, output="output_tokens", **inputs: Interpreter(
+            model_path="{out}/tflite/" + name + ".tflite").get_signature_runner()(**inputs)[output]
         tokens = np.load("tokens.npy")
         np.testing.assert_array_equal(run("translate_ids", encoder_tokens=tokens), np.load("ids.npy"))
-        logits = run("forward", encoder_tokens=tokens, decoder_tokens=np.load("decoder_tokens.npy"))
+        log_probs = run("translate_ids", "log_probs", encoder_tokens=tokens)
+        np.testing.assert_allclose(log_probs, np.load("log_probs.npy"), rtol=1e-4, atol=1e-4)
+        logits = run("forward", "logits", encoder_tokens=tokens, decoder_tokens=np.load("decoder_tokens.npy"))
         np.testing.assert_allclose(logits, np.load("logits.npy"), atol=1e-4)
         for variant in ["translate_ids_float16", "translate_ids_int8"]:
             agreement = (run(variant, encoder_tokens=tokens) == np.load("ids.npy")).mean()
@@ -174,13 +194,15 @@ def test_onnx_matches_keras(exported, reference):
     run_fresh_python(
         f"""
         import numpy as np, onnxruntime
-        def run(name, **inputs):
+        def run(name, output="output_tokens", **inputs):
             session = onnxruntime.InferenceSession("{out}/onnx/" + name + ".onnx")
             assert session.get_modelmeta() is not None
-            return session.run(None, {{i.name: inputs[i.name.split(":")[0]] for i in session.get_inputs()}})[0]
+            return session.run([output], {{i.name: inputs[i.name.split(":")[0]] for i in session.get_inputs()}})[0]
         tokens = np.load("tokens.npy")
         np.testing.assert_array_equal(run("translate_ids", encoder_tokens=tokens), np.load("ids.npy"))
-        logits = run("forward", encoder_tokens=tokens, decoder_tokens=np.load("decoder_tokens.npy"))
+        log_probs = run("translate_ids", "log_probs", encoder_tokens=tokens)
+        np.testing.assert_allclose(log_probs, np.load("log_probs.npy"), rtol=1e-4, atol=1e-4)
+        logits = run("forward", "logits", encoder_tokens=tokens, decoder_tokens=np.load("decoder_tokens.npy"))
         np.testing.assert_allclose(logits, np.load("logits.npy"), atol=1e-4)
         """,
         cwd=reference,
@@ -203,6 +225,30 @@ def test_deployment_clients_translate_like_keras_without_kformer(trained, export
     result = run_client(client, str(out), *extra, *SENTENCES, refused=refused)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == expected
+
+
+def test_the_ctranslate2_client_passes_n_best_lists_and_scores_through(trained, exported):
+    """--n-best 3 --scores --length-penalty 0: each sentence's 3 hypotheses, best first, each scored with its
+    log-probability ([END] included) as kformer's teacher-forced `Translator.score` gives it, the first kformer's
+    own beam-3 translation at the same penalty (the lower ones may differ: the two searches stop differently)."""
+    out, _ = exported
+    command = ["--beam", "3", "--n-best", "3", "--scores", "--length-penalty", "0", *SENTENCES]
+    result = run_client("ctranslate2_client.py", str(out), *command, refused=NOT_NEEDED)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [int(index) for index, _, _ in lines] == [i for i in range(len(SENTENCES)) for _ in range(3)]
+    translator = Translator(trained, beam_size=3, length_penalty=0.0)
+    kformer_best = translator.translate(SENTENCES)
+    scores = translator.score([SENTENCES[int(index)] for index, _, _ in lines], [text for _, _, text in lines])
+    for (index, score, text), expected in zip(lines, scores, strict=True):
+        assert float(score) == pytest.approx(expected.log_prob, abs=2e-3), (index, text)
+    for i, best in enumerate(kformer_best):
+        hypotheses = [(float(score), text) for index, score, text in lines if int(index) == i]
+        assert hypotheses[0][1] == best and [s for s, _ in hypotheses] == sorted(
+            (s for s, _ in hypotheses), reverse=True
+        )
+    refused = run_client("ctranslate2_client.py", str(out), "--beam", "2", "--n-best", "3", "a b", refused=NOT_NEEDED)
+    assert refused.returncode != 0 and "n_best must be between 1 and the beam size (2)" in refused.stderr
 
 
 def test_a_client_given_the_wrong_folder_says_what_is_missing(exported, tmp_path, monkeypatch):
@@ -535,7 +581,7 @@ def test_a_mixed_precision_model_exports_in_float32(tmp_path):
     tokens = np.array([[4, 5, 6, 0, 0], [15, 14, 13, 12, 11], [7, 8, 9, 10, 0], [5, 0, 0, 0, 0]], "int32")
     expected = to_numpy(decode(float32, tokens, max_length=20))  # the output limit of 5 tokens: max(12, 2 x 5 + 10)
     runner = Interpreter(model_path=str(tmp_path / "deploy" / "tflite" / "translate_ids.tflite")).get_signature_runner()
-    np.testing.assert_array_equal(next(iter(runner(encoder_tokens=tokens).values())), expected)
+    np.testing.assert_array_equal(runner(encoder_tokens=tokens)["output_tokens"], expected)
 
 
 BEAM_SENTENCES = ["a b c", "l k j i h", "d e f g", "b", "c c c a", "h g", "e f", "k l a b"]
@@ -568,6 +614,17 @@ def test_a_beam_export_writes_a_saved_model_that_decodes_with_beams(tmp_path):
     saved = tf.saved_model.load(str(tmp_path / "deploy" / "saved_model" / "kformer" / "1"))
     translations = saved.signatures["serving_default"](texts=tf.constant(BEAM_SENTENCES))["translations"].numpy()
     assert [text.decode() for text in translations] == beam
+    # search_ids: every hypothesis, best first, with the Translator's own log-probabilities and GNMT scores.
+    translator = Translator(trained, beam_size=4)
+    encoder = trained.source_tokenizer.tokenize(BEAM_SENTENCES).to_tensor()
+    served = saved.signatures["search_ids"](encoder_tokens=encoder)
+    tokens, log_probs = (to_numpy(x) for x in translator.search_ids(encoder))
+    np.testing.assert_array_equal(served["output_tokens"].numpy(), tokens)
+    np.testing.assert_allclose(served["log_probs"].numpy(), log_probs, rtol=1e-5)
+    lengths = (tokens != PAD_ID).sum(2)
+    scores = served["scores"].numpy()
+    np.testing.assert_allclose(scores, log_probs / ((5 + lengths) / 6) ** 0.6, rtol=1e-5)
+    assert (np.diff(scores, axis=1) <= 1e-6).all()  # best first
 
 
 @pytest.mark.slow

@@ -2,14 +2,16 @@
 
     EXPORT_DIR/
       saved_model/<name>/<version>/   TF Serving layout; signatures serving_default
-                                      (texts -> translations) and translate_ids
+                                      (texts -> translations), translate_ids (ids ->
+                                      output_tokens, log_probs) and search_ids (ids ->
+                                      every hypothesis: output_tokens, log_probs, scores)
       serving/models.config           TF Serving model config
       serving/request.json            a REST predict request ({"instances": [...]})
       serving/response.json           the response the model gives to it
-      tflite/translate_ids.tflite     ids in, ids out, decoding loop included, builtin ops only
+      tflite/translate_ids.tflite     ids in, ids and log_probs out, decoding loop included, builtin ops only
       tflite/translate_ids_float16.tflite, translate_ids_int8.tflite   quantized variants
       tflite/translate.tflite         strings in, strings out, with tensorflow-text's TFLite ops
-      onnx/translate_ids.onnx         ids in, ids out (ONNX Loop), opset 17
+      onnx/translate_ids.onnx         ids in, ids and log_probs out (ONNX Loop), opset 17
       onnx/forward.onnx, tflite/forward.tflite   teacher-forced logits, for parity checks
       ctranslate2/                    a CTranslate2 model (model.bin, vocabularies): pieces in, pieces out
       ctranslate2_int8/, ctranslate2_float16/   its quantized variants
@@ -47,6 +49,7 @@ from kformer.data.sentences import SENTENCE_RULES
 from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.deploy import FORMATS, QUANTIZATIONS
 from kformer.files import require_space, umask
+from kformer.inference.decoding import length_normalized
 from kformer.inference.generator import Generator
 from kformer.inference.translator import EXTRA_OUTPUT_TOKENS, Translator
 from kformer.model_dir import TrainedModel, load
@@ -131,7 +134,16 @@ class _Endpoints(tf.Module):
             lambda texts: {runner.text_output: runner(texts)},
             input_signature=[tf.TensorSpec([None], tf.string, name="texts")],
         )
-        self.serve_ids = tf.function(lambda tokens: {"output_tokens": ids(tokens)}, input_signature=ids.input_signature)
+        if isinstance(runner, Translator):  # with the log-probability of each translation, and every hypothesis
+            self.serve_ids = tf.function(
+                lambda tokens: dict(zip(("output_tokens", "log_probs"), runner.best_ids(tokens), strict=True)),
+                input_signature=ids.input_signature,
+            )
+            self.serve_search = tf.function(self._search, input_signature=ids.input_signature)
+        else:
+            self.serve_ids = tf.function(
+                lambda tokens: {"output_tokens": ids(tokens)}, input_signature=ids.input_signature
+            )
         model_inputs = [
             tf.TensorSpec(x.shape, x.dtype, name=x.name) for x in self.model.inputs
         ]  # (encoder_tokens,) decoder_tokens
@@ -139,6 +151,13 @@ class _Endpoints(tf.Module):
             lambda *tokens: {"logits": self.model(list(tokens) if len(tokens) > 1 else tokens[0], training=False)},
             input_signature=model_inputs,
         )
+
+    def _search(self, encoder_tokens):
+        """Every hypothesis, best first: tokens `(B, N, T)`, log-probabilities and ranking scores `(B, N)`."""
+        tokens, log_probs = self.runner.search_ids(encoder_tokens)
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(tokens, 0), tf.int32), axis=2)  # [END] included
+        scores = length_normalized(log_probs, lengths, self.runner.length_penalty)
+        return {"output_tokens": tokens, "log_probs": log_probs, "scores": scores}
 
 
 def _tflite_text_endpoint(translator):
@@ -248,6 +267,8 @@ def _write_saved_model(job):
         "serving_default": _shape_checked(endpoints.serve_texts),
         endpoints.ids_name: _shape_checked(endpoints.serve_ids),
     }
+    if hasattr(endpoints, "serve_search"):  # a translator's n-best lists with scores
+        signatures["search_ids"] = _shape_checked(endpoints.serve_search)
     tf.saved_model.save(endpoints, str(serving), signatures=signatures)
     _serving_files(job.staging / "serving", job.name, endpoints)
 
@@ -388,6 +409,7 @@ def export(
         settings = {"beam_size": beam_size, "xla": bool(xla and trained.kind == "translator")}
         if trained.kind == "translator":
             settings["max_output_ratio"] = endpoints.runner.max_output_ratio
+            settings["length_penalty"] = endpoints.runner.length_penalty
         if trained.kind == "language_model":
             settings["max_new_tokens"] = max_new_tokens
         manifest = _write_manifest(staging, trained, formats, skipped, quantize, name, version, settings)
@@ -478,6 +500,7 @@ def _write_manifest(staging, trained, formats, skipped, quantize, name, version,
         **({"max_new_tokens": settings["max_new_tokens"]} if "max_new_tokens" in settings else {}),
         **({"max_output_ratio": settings["max_output_ratio"]} if "max_output_ratio" in settings else {}),
         **({"extra_output_tokens": EXTRA_OUTPUT_TOKENS} if "max_output_ratio" in settings else {}),
+        **({"length_penalty": settings["length_penalty"]} if "length_penalty" in settings else {}),
         "reserved_tokens": list(RESERVED_TOKENS),
         "spacing_rules": [list(rule) for rule in SPACING_RULES],
         "sentence_rules": [list(rule) for rule in SENTENCE_RULES],

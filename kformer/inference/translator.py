@@ -254,6 +254,13 @@ class Translator(tf.Module):
         """int32 `(B, S)`, 0 = padding -> int32 `(B, T)`, each row [END] then [PAD]."""
         return self._search(encoder_tokens, with_log_probs=False)[0][:, 0]
 
+    def best_ids(self, encoder_tokens):
+        """int32 `(B, S)` -> `translate_ids`'s tokens `(B, T)` and their log-probabilities `(B,)`: what the
+        exports' `translate_ids` serve. Greedy search sums them (a softmax normaliser a step, bench/RESULTS.md);
+        beam search ranks by them anyway and stops as soon as its best is settled, as `translate_ids` does."""
+        tokens, log_probs = self._search(encoder_tokens, with_log_probs=self.beam_size == 1)
+        return tokens[:, 0], log_probs[:, 0]
+
     def search_ids(self, encoder_tokens, prefix_tokens=None):
         """int32 `(B, S)` -> every hypothesis, best first: tokens int32 `(B, N, T)` and log-probabilities `(B, N)`.
 
@@ -312,7 +319,7 @@ class Translator(tf.Module):
         padded = tf.pad(encoder_tokens, [[0, tf.maximum(rows - batch, 0)], [0, -width % SOURCE_BUCKET]])
 
         def compiled(buffer):
-            if with_log_probs and self.beam_size == 1:  # greedy's sum costs a softmax normaliser a step: apart
+            if with_log_probs:  # greedy's sum costs a softmax normaliser a step, every beam settled more steps: apart
                 loop = self._on_demand(f"search_compiled_{buffer}", lambda: self._fixed_loop(buffer, True))
             else:
                 loop = self._decode_compiled if buffer == self.max_length else self._decode_compiled_long
