@@ -37,6 +37,9 @@ class Client:
         self.source = WordPiece(export_dir / "source_vocab.txt")
         self.target = WordPiece(export_dir / "target_vocab.txt")
         self.translator = ctranslate2.Translator(str(export_dir / model), device="cpu", intra_threads=threads)
+        # kformer's searches never write [PAD] or [START], and may end at once (an empty translation).
+        pad, _, start, _ = self.manifest["reserved_tokens"]
+        self.as_kformer = dict(suppress_sequences=[[pad], [start]], min_decoding_length=0)
 
     def translate(self, sentences, beam_size=1):
         """Lines in, translations out; a line of several sentences is split as kformer's graph splits it."""
@@ -54,6 +57,7 @@ class Client:
             batch,
             beam_size=beam_size,
             max_decoding_length=output_limit(self.manifest, max(len(ids) for ids in pieces)),
+            **self.as_kformer,
         )
         return [[self.target.ids[t] for t in r.hypotheses[0]] for r in results]
 
@@ -85,6 +89,7 @@ class Client:
                 return_scores=True,
                 length_penalty=alpha,
                 max_decoding_length=output_limit(self.manifest, max(len(ids[i]) for i in rows)),
+                **self.as_kformer,
             )
             for i, result in zip(rows, results, strict=True):
                 texts = [self.target.detokenize([self.target.ids[t] for t in h]) for h in result.hypotheses]

@@ -483,13 +483,18 @@ def test_wrong_dtypes_at_the_tflite_and_onnx_models_are_refused(exported):
 
 
 def ctranslate2_greedy_ids(directory, trained, encoder_tokens, max_length):
-    """CTranslate2's greedy output for id rows, as ids, each row cut at [END] (which it leaves out)."""
+    """CTranslate2's greedy output for id rows, as ids, each row cut at [END] (which it leaves out), with the
+    export client's options: [PAD] and [START] suppressed (kformer never writes them), no minimum length."""
     import ctranslate2
 
     source, target = trained.source_tokenizer.vocabulary, trained.target_tokenizer.vocabulary
     batch = [[source[t] for t in row if t != 0] for row in encoder_tokens]
     results = ctranslate2.Translator(str(directory), device="cpu").translate_batch(
-        batch, beam_size=1, max_decoding_length=max_length
+        batch,
+        beam_size=1,
+        max_decoding_length=max_length,
+        min_decoding_length=0,  # an empty translation allowed, as in kformer
+        suppress_sequences=[[target[PAD_ID]], [target[START_ID]]],
     )
     return [[target.index(t) for t in r.hypotheses[0]] for r in results]
 

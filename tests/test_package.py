@@ -47,7 +47,16 @@ def test_model_directories_saved_by_release_0_1_0_translate_and_generate_as_they
     translator = kformer.load(RELEASE_0_1_0 / "translator")  # shared vocabulary: saved as SharedEmbeddingTransformer
     then = dict(max_output_ratio=0.01)  # outputs of at most max_length tokens, as that release wrote
     assert kformer.Translator(translator, **then).translate(golden["sentences"]) == golden["greedy"]
-    assert kformer.Translator(translator, beam_size=4, **then).translate(golden["sentences"]) == golden["beam4"]
+    # Beam search has since kept its finished hypotheses apart: on this barely trained model it finds translations
+    # the model scores higher (GNMT's score of the teacher-forced log-probability) than that release's beams.
+    beam = kformer.Translator(translator, beam_size=4, **then)
+
+    def gnmt(translations):
+        return [s.log_prob / ((5 + s.tokens) / 6) ** 0.6 for s in beam.score(golden["sentences"], translations)]
+
+    now, then_scores = gnmt(beam.translate(golden["sentences"])), gnmt(golden["beam4"])
+    assert all(a >= b - 1e-4 for a, b in zip(now, then_scores, strict=True))
+    assert sum(a > b + 1e-3 for a, b in zip(now, then_scores, strict=True)) >= len(now) // 2
     # With today's longer output limit, only the outputs that release stopped at its limit go on.
     now = kformer.Translator(translator).translate(golden["sentences"])
     stopped = [
