@@ -14,8 +14,9 @@ beam outputs can differ; with --length-penalty 0 both rank by log-probability al
     python export/ctranslate2_client.py EXPORT_DIR --beam 4 --n-best 4 --scores --length-penalty 0 "..."
 
 With --n-best K each line is read as one sentence (as `kformer translate --n-best` does) and
-gives K lines `index<TAB>score<TAB>translation`, best first, the score CTranslate2's: the
-translation's log-probability ([END] included) over length ** length_penalty.
+gives K lines `index<TAB>score<TAB>translation`, best first (an empty line one empty translation),
+the score CTranslate2's: the translation's log-probability ([END] included), over
+length ** length_penalty in beam search.
 """
 
 import argparse

@@ -328,8 +328,10 @@ def test_a_finished_hypothesis_is_never_pushed_out_by_likelier_live_ones(length_
     )
 
 
-def test_an_empty_source_ends_at_once_with_one_hypothesis():
-    """An empty source (start_done) gives [PAD] only, log p 0, and its other hypotheses never lived."""
+@pytest.mark.parametrize("length_penalty, sources", [(0.6, "mixed"), (0.0, "mixed"), (0.0, "empty"), (0.6, "empty")])
+def test_an_empty_source_ends_at_once_with_one_hypothesis(length_penalty, sources):
+    """An empty source (start_done) gives [PAD] only, log p 0, and its other hypotheses never lived (about -1e9),
+    beside a sentence that is searched or in a batch of empty ones alone, where the loop stops at once."""
     tables = bigram_tables(batch=2, vocab=8, seed=3)
     logits_tables = tf.constant(tables, tf.float32)
     sentence = tf.range(6) // 3
@@ -337,11 +339,14 @@ def test_an_empty_source_ends_at_once_with_one_hypothesis():
     def step(tokens, t, state):
         return tf.gather_nd(logits_tables, tf.stack([sentence, tf.gather(tokens, t, axis=1)], axis=1)), state
 
-    done = tf.constant([True] * 3 + [False] * 3)
-    tokens, log_probs = (to_numpy(x) for x in beam_search(step, (), done, 6, 3, 0.6))
+    done = tf.constant([True] * 3 + [sources == "empty"] * 3)
+    tokens, log_probs = (to_numpy(x) for x in beam_search(step, (), done, 6, 3, length_penalty))
     assert (tokens[0] == PAD_ID).all() and log_probs[0, 0] == 0.0 and (log_probs[0, 1:] <= -1e8).all()
-    expected, _ = reference_beam_search(tables[1:], 6, 3, 0.6)
-    np.testing.assert_array_equal(tokens[1], expected[0])
+    if sources == "mixed":
+        expected, _ = reference_beam_search(tables[1:], 6, 3, length_penalty)
+        np.testing.assert_array_equal(tokens[1], expected[0])
+    else:
+        np.testing.assert_array_equal(log_probs, log_probs[:1].repeat(2, 0))
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])

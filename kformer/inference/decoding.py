@@ -337,7 +337,7 @@ def beam_search(
     finished = (
         tf.reshape(tokens, [batch, beam_size, -1]) * 0,  # tokens: [PAD] only (an empty source's first)
         tf.where(finished_slots, 0.0, _NEG_INF),  # ranking scores, best first; -1e9: no hypothesis yet
-        tf.zeros([batch, beam_size]),  # log-probabilities
+        tf.where(finished_slots, 0.0, _NEG_INF),  # log-probabilities (-1e9: none, as a dead beam)
         finished_slots,
     )
     ceiling = tf.pow((5.0 + tf.cast(max_length, tf.float32)) / 6.0, length_penalty)  # the penalty of max_length
