@@ -38,9 +38,6 @@ class Client:
         self.source = WordPiece(export_dir / "source_vocab.txt")
         self.target = WordPiece(export_dir / "target_vocab.txt")
         self.translator = ctranslate2.Translator(str(export_dir / model), device="cpu", intra_threads=threads)
-        # kformer's searches never write [PAD] or [START], and may end at once (an empty translation).
-        pad, _, start, _ = self.manifest["reserved_tokens"]
-        self.as_kformer = dict(suppress_sequences=[[pad], [start]], min_decoding_length=0)
 
     def translate(self, sentences, beam_size=1):
         """Lines in, translations out; a line of several sentences is split as kformer's graph splits it."""
@@ -53,14 +50,19 @@ class Client:
     def _translate(self, pieces, beam_size):
         if not pieces:
             return []
-        batch = [[self.source.vocabulary[i] for i in ids] for ids in pieces]
-        results = self.translator.translate_batch(
-            batch,
-            beam_size=beam_size,
+        return [[self.target.ids[t] for t in r.hypotheses[0]] for r in self._search(pieces, beam_size=beam_size)]
+
+    def _search(self, pieces, **options):
+        """CTranslate2's results for source id lists, decoded as kformer decodes: its output limit, never
+        [PAD] or [START], and an empty translation allowed (CTranslate2's minimum length is 1)."""
+        pad, _, start, _ = self.manifest["reserved_tokens"]
+        return self.translator.translate_batch(
+            [[self.source.vocabulary[i] for i in ids] for ids in pieces],
             max_decoding_length=output_limit(self.manifest, max(len(ids) for ids in pieces)),
-            **self.as_kformer,
+            suppress_sequences=[[pad], [start]],
+            min_decoding_length=0,
+            **options,
         )
-        return [[self.target.ids[t] for t in r.hypotheses[0]] for r in results]
 
     def n_best(self, sentences, beam_size, n_best, length_penalty=None):
         """Each sentence read as one -> its `n_best` translations, best first, as (text, score) pairs.
@@ -78,20 +80,11 @@ class Client:
                 f"sentence {too_long[0] + 1} has {len(ids[too_long[0]])} pieces, more than the model's max_length "
                 f"({self.manifest['max_length']}); --n-best reads a line as one sentence: split it first."
             )
-        lists = [[] for _ in sentences]
-        rows = [i for i, row in enumerate(ids) if row]  # an empty line gives one empty translation
-        for i in set(range(len(sentences))) - set(rows):
-            lists[i] = [("", 0.0)]
+        lists = [[("", 0.0)] for _ in sentences]  # an empty line gives one empty translation
+        rows = [i for i, row in enumerate(ids) if row]
         if rows:
-            results = self.translator.translate_batch(
-                [[self.source.vocabulary[t] for t in ids[i]] for i in rows],
-                beam_size=beam_size,
-                num_hypotheses=n_best,
-                return_scores=True,
-                length_penalty=alpha,
-                max_decoding_length=output_limit(self.manifest, max(len(ids[i]) for i in rows)),
-                **self.as_kformer,
-            )
+            options = dict(beam_size=beam_size, num_hypotheses=n_best, return_scores=True, length_penalty=alpha)
+            results = self._search([ids[i] for i in rows], **options)
             for i, result in zip(rows, results, strict=True):
                 texts = [self.target.detokenize([self.target.ids[t] for t in h]) for h in result.hypotheses]
                 lists[i] = list(zip(texts, result.scores, strict=True))

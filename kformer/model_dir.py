@@ -108,7 +108,6 @@ class RunDirectory:
             return
         with run_lock(self.root):
             self._prepare(kind, overwrite)
-            self.record(kind)  # before the first file of the run (its vocabularies) is written
             yield self
 
     def _prepare(self, kind, overwrite):
@@ -131,10 +130,7 @@ class RunDirectory:
                 f"{self.root}: holds an interrupted run that trains a {_NAMES.get(held, held)}, not a "
                 f"{_NAMES[kind]}; resume it with its own command, or choose another --out."
             )
-
-    def record(self, kind):
-        """Notes the task of the run, which `claim` checks on a resume."""
-        if not self._task.is_file():
+        if not self._task.is_file():  # noted before the run's first file (its vocabularies), checked on a resume
             write_json(self._task, {"kind": kind})
 
     def finish(self, trained):

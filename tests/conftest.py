@@ -53,6 +53,21 @@ def to_numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 
 
+def teacher_forced_log_probs(model, sources, outputs):
+    """log p of each output row `(B, T)` given its source ([END] included, the [PAD] after it left out): NumPy's
+    float64 log-softmax of the model's teacher-forced logits, independent of the search that chose the tokens."""
+    from kformer.data.text import END_ID, PAD_ID, START_ID
+
+    outputs = np.asarray(outputs)
+    decoder_tokens = np.concatenate([np.full((len(outputs), 1), START_ID), outputs[:, :-1]], 1).astype("int32")
+    decoder_tokens[decoder_tokens == END_ID] = PAD_ID
+    logits = to_numpy(model([sources, decoder_tokens])).astype("float64")
+    log_softmax = logits - logits.max(-1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_softmax, outputs[..., None].astype("int64"), -1)[..., 0]
+    return np.where(outputs != PAD_ID, picked, 0.0).sum(1)
+
+
 def tiny_seq2seq(vocab_size=20, d_model=16, num_heads=2, d_ff=32):
     """A one-layer encoder-decoder made of kformer layers, for save/convert tests."""
     import kformer

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ODD_TEXTS, REPO, VOCAB, copy_task_model, run_fresh_python, to_numpy
+from conftest import ODD_TEXTS, REPO, VOCAB, copy_task_model, run_fresh_python, teacher_forced_log_probs, to_numpy
 
 from kformer import Translator
 from kformer.cli import main
@@ -35,18 +35,6 @@ def exported(trained, tmp_path_factory):
     return out, json.loads((out / "manifest.json").read_text())
 
 
-def numpy_log_probs(model, tokens, output):
-    """log p of each output row ([END] included, [PAD] after it left out): NumPy's log-softmax of the model's
-    teacher-forced logits, independent of the search that chose the tokens."""
-    decoder_tokens = np.concatenate([np.full((len(output), 1), START_ID), output[:, :-1]], 1).astype("int32")
-    decoder_tokens[decoder_tokens == END_ID] = PAD_ID
-    logits = to_numpy(model([tokens, decoder_tokens])).astype("float64")
-    log_softmax = logits - logits.max(-1, keepdims=True)
-    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
-    picked = np.take_along_axis(log_softmax, output[..., None].astype("int64"), -1)[..., 0]
-    return np.where(output != PAD_ID, picked, 0.0).sum(1).astype("float32")
-
-
 @pytest.fixture(scope="module")
 def reference(trained, exported):
     """What the Keras model gives on fixed inputs, saved for the fresh processes."""
@@ -54,7 +42,7 @@ def reference(trained, exported):
     tokens = np.array([[4, 5, 6, 0, 0], [15, 14, 13, 12, 11], [7, 8, 9, 10, 0], [5, 0, 0, 0, 0]], "int32")
     decoder_tokens = np.array([[2, 4, 5, 6], [2, 15, 14, 13], [2, 7, 8, 9], [2, 5, 0, 0]], "int32")
     ids = to_numpy(decode(trained.model, tokens, max_length=20))  # the output limit of 5 tokens: max(12, 2 x 5 + 10)
-    log_probs = numpy_log_probs(trained.model, tokens, ids)
+    log_probs = teacher_forced_log_probs(trained.model, tokens, ids).astype("float32")
     logits = to_numpy(trained.model([tokens, decoder_tokens]))
     directory = out.parent
     arrays = [("tokens", tokens), ("decoder_tokens", decoder_tokens), ("ids", ids), ("logits", logits)]

@@ -49,7 +49,7 @@ from kformer.data.sentences import SENTENCE_RULES
 from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.deploy import FORMATS, QUANTIZATIONS
 from kformer.files import require_space, umask
-from kformer.inference.decoding import length_normalized
+from kformer.inference.decoding import ranking_scores
 from kformer.inference.generator import Generator
 from kformer.inference.translator import EXTRA_OUTPUT_TOKENS, Translator
 from kformer.model_dir import TrainedModel, load
@@ -155,8 +155,7 @@ class _Endpoints(tf.Module):
     def _search(self, encoder_tokens):
         """Every hypothesis, best first: tokens `(B, N, T)`, log-probabilities and ranking scores `(B, N)`."""
         tokens, log_probs = self.runner.search_ids(encoder_tokens)
-        lengths = tf.reduce_sum(tf.cast(tf.not_equal(tokens, 0), tf.int32), axis=2)  # [END] included
-        scores = length_normalized(log_probs, lengths, self.runner.length_penalty)
+        scores = ranking_scores(tokens, log_probs, self.runner.length_penalty)
         return {"output_tokens": tokens, "log_probs": log_probs, "scores": scores}
 
 

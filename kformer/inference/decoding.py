@@ -340,12 +340,12 @@ def beam_search(
         tf.where(finished_slots, 0.0, _NEG_INF),  # log-probabilities (-1e9: none, as a dead beam)
         finished_slots,
     )
-    ceiling = tf.pow((5.0 + tf.cast(max_length, tf.float32)) / 6.0, length_penalty)  # the penalty of max_length
     worst_kept = beam_size - 1 if every_hypothesis else 0
 
     def searching(t, tokens, scores, finished, state):
         live_best = tf.reduce_max(tf.reshape(scores, [batch, beam_size]), axis=1)  # (B,)
-        beaten = finished[3][:, worst_kept] & (finished[1][:, worst_kept] >= live_best / ceiling)
+        reachable = length_normalized(live_best, max_length, length_penalty)  # log p falls as a beam grows
+        beaten = finished[3][:, worst_kept] & (finished[1][:, worst_kept] >= reachable)
         return (t < max_length) & ~tf.reduce_all(beaten | (live_best <= _NEG_INF / 2))  # or none alive
 
     def body(t, tokens, scores, finished, state):
@@ -409,6 +409,12 @@ def beam_search(
 def length_normalized(log_probs, lengths, length_penalty):
     """GNMT's ranking score: log p / ((5 + length) / 6)^length_penalty, the length counting [END]."""
     return log_probs / tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
+
+
+def ranking_scores(tokens, log_probs, length_penalty):
+    """`search`'s hypotheses `(..., T)` and their log-probabilities `(...)` -> what beam search ranks them by:
+    `length_normalized`, each one's length its tokens that are not [PAD] ([END] included)."""
+    return length_normalized(log_probs, tf.math.count_nonzero(tokens, axis=-1), length_penalty)  # [PAD] is id 0
 
 
 def search(

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from kformer.data.sentences import in_pieces, split_sentences, trailing_spaces
 from kformer.data.text import END_ID, PAD_ID, START_ID, utf8_batch
-from kformer.inference.decoding import length_normalized, sampler, search
+from kformer.inference.decoding import ranking_scores, sampler, search
 from kformer.layers.validation import check_positive_int
 from kformer.model_dir import TrainedModel, load
 
@@ -411,10 +411,9 @@ class Translator(tf.Module):
                     raise SentenceTooLong(index, int(length), self.max_length)
             prefix_tokens = None if prefix is None else tf.ragged.constant([prefix_ids[i] for i in batch]).to_tensor()
             tokens, log_probs = (x.numpy() for x in self.search_ids(source, prefix_tokens))
-            lengths = (tokens != PAD_ID).sum(axis=2)  # (B, N): [END] included
             cut = self._stopped(tf.constant(tokens[:, 0]), source_lengths).numpy()  # the best's
             stopped += [index for index, flag in zip(batch, cut, strict=True) if flag]
-            scores = length_normalized(log_probs, lengths, self.length_penalty).numpy()
+            scores = ranking_scores(tokens, log_probs, self.length_penalty).numpy()
             best = tf.constant(tokens[:, :n_best].reshape(len(batch) * n_best, -1))
             texts = self.target_tokenizer.detokenize(best).numpy().reshape(len(batch), n_best)
             for row, index in enumerate(batch):
