@@ -213,7 +213,8 @@ def test_translator_commands_on_a_language_model_are_one_usage_error(alphabet_lm
     [
         (dict(formats=("ctranslate2",)), "CTranslate2 is exported for translators only; export a language_model as"),
         (dict(formats=("onnx", "ctranslate2"), quantize=("int8",)), "--quantize applies to TFLite here"),
-        (dict(formats=("tflite",), beam_size=4), "beam search is for translators; a language_model exports greedy"),
+        (dict(formats=("tflite",), beam_size=4), "beam search and its length penalty are for translators; a langu"),
+        (dict(formats=("tflite",), length_penalty=0.0), "beam search and its length penalty are for translators"),
     ],
 )
 def test_an_export_a_language_model_cannot_have_is_refused_before_writing(alphabet_lm, tmp_path, request_, message):

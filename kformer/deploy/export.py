@@ -347,6 +347,7 @@ def export(
     name="kformer",
     version=1,
     beam_size=1,
+    length_penalty=None,
     max_new_tokens=50,
     xla=False,
     verbose=True,
@@ -360,6 +361,9 @@ def export(
         quantize: TFLite and CTranslate2 variants to add: "float16", "int8" (int8 weights).
         name, version: the TF Serving model name and version directory.
         beam_size: the decoding a translator's artifacts run (1 = greedy).
+        length_penalty: GNMT's alpha, by which a translator's beam search ranks its
+            hypotheses and `search_ids` scores them (None: `Translator`'s, 0.6);
+            recorded in the manifest, whence the CTranslate2 client takes its default.
         max_new_tokens: the most tokens a language model's artifacts write
             after a prompt (greedily).
         xla: the SavedModel's translator decodes under XLA (`Translator(xla=True)`):
@@ -378,12 +382,13 @@ def export(
     out, formats, quantize = Path(out), tuple(formats), tuple(quantize)
     _check_request(formats, quantize, out)
     trained = _in_float32(model if isinstance(model, TrainedModel) else load(model))
-    formats, skipped = _formats_for(trained.kind, formats, quantize, beam_size)
+    formats, skipped = _formats_for(trained.kind, formats, quantize, beam_size, length_penalty)
     needed = _bytes_written(trained, formats, quantize)
     require_space(out, needed, "this export", ExportError)
     if trained.kind == "translator":
-        endpoints = _Endpoints(Translator(trained, beam_size=beam_size, xla=xla))
-        converted = _Endpoints(Translator(trained, beam_size=beam_size, xla=False)) if xla else endpoints
+        search = dict(beam_size=beam_size, **({} if length_penalty is None else {"length_penalty": length_penalty}))
+        endpoints = _Endpoints(Translator(trained, **search, xla=xla))
+        converted = _Endpoints(Translator(trained, **search, xla=False)) if xla else endpoints
     else:
         endpoints = converted = _Endpoints(Generator(trained, max_new_tokens=max_new_tokens))
     staging = _staging(out)
@@ -427,12 +432,15 @@ def export(
     return manifest
 
 
-def _formats_for(kind, formats, quantize, beam_size):
+def _formats_for(kind, formats, quantize, beam_size, length_penalty):
     """The formats a model of `kind` exports, and {format: why not} for those it skips."""
     if kind == "translator":
         return formats, {}
-    if beam_size != 1:
-        raise ExportError(f"beam search is for translators; a {kind} exports greedy generation (--max-tokens).")
+    if beam_size != 1 or length_penalty is not None:
+        raise ExportError(
+            f"beam search and its length penalty are for translators; a {kind} exports greedy generation "
+            "(--max-tokens)."
+        )
     if "ctranslate2" not in formats:
         return formats, {}
     formats = tuple(f for f in formats if f != "ctranslate2")
