@@ -99,14 +99,9 @@ def _config(args, **overrides):
 def _load_translator(path):
     """The translator in model directory `path`; a language model there is a usage error, not a traceback."""
     from kformer.model_dir import load
+    from kformer.training.tasks import TRANSLATION, require
 
-    trained = load(path)
-    if trained.kind != "translator":
-        raise _UsageError(
-            f"{path}: holds a {trained.kind}, and this command needs a translator; for a language model use "
-            "`kformer generate`."
-        )
-    return trained
+    return require(load(path), TRANSLATION, path, "for a language model use `kformer generate`")
 
 
 def _print_scores(name, scores):

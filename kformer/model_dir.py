@@ -70,9 +70,6 @@ class TrainedModel:
         write_json(directory / CONFIG_FILE, {"kind": self.kind, **self.config})
 
 
-_NAMES = {"translator": "translator", "language_model": "language model"}
-
-
 @dataclass(frozen=True)
 class RunDirectory:
     """Every path a training run writes under its --out (the module docstring's list), named here once."""
@@ -91,8 +88,9 @@ class RunDirectory:
     _task = property(lambda self: self.training / "run.json")
 
     @contextlib.contextmanager
-    def claim(self, kind, overwrite=False, chief=True):
-        """The directory held for this run of `kind` (`run_lock`) and made ready for it, by the `chief` alone.
+    def claim(self, task, overwrite=False, chief=True):
+        """The directory held (`run_lock`) for this run of `task` (`TRANSLATION` or `LANGUAGE_MODEL` of
+        kformer.training.tasks) and made ready for it, by the `chief` alone.
 
         A directory without config.json is new or holds an interrupted run,
         which training resumes. One with config.json holds a finished model:
@@ -101,16 +99,16 @@ class RunDirectory:
 
         Raises:
             ModelDirectoryError: a finished model is there and `overwrite` is
-                False, or an interrupted run of another kind.
+                False, or an interrupted run of another task.
         """
         if not chief:
             yield self
             return
         with run_lock(self.root):
-            self._prepare(kind, overwrite)
+            self._prepare(task, overwrite)
             yield self
 
-    def _prepare(self, kind, overwrite):
+    def _prepare(self, task, overwrite):
         writable_directory(self.root)
         finished = (self.root / CONFIG_FILE).is_file()
         if finished and not overwrite:
@@ -124,14 +122,15 @@ class RunDirectory:
             for name in (SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE):
                 (self.root / name).unlink(missing_ok=True)
             shutil.rmtree(self.training, ignore_errors=True)
-        held = json.loads(self._task.read_text(encoding="utf-8"))["kind"] if self._task.is_file() else kind
-        if held != kind:
+        mine = {"kind": task.kind, "noun": task.noun}
+        held = json.loads(self._task.read_text(encoding="utf-8")) if self._task.is_file() else mine
+        if held["kind"] != task.kind:
             raise ModelDirectoryError(
-                f"{self.root}: holds an interrupted run that trains a {_NAMES.get(held, held)}, not a "
-                f"{_NAMES[kind]}; resume it with its own command, or choose another --out."
+                f"{self.root}: holds an interrupted run that trains a {held.get('noun', held['kind'])}, not a "
+                f"{task.noun}; resume it with its own command, or choose another --out."
             )
         if not self._task.is_file():  # noted before the run's first file (its vocabularies), checked on a resume
-            write_json(self._task, {"kind": kind})
+            write_json(self._task, mine)
 
     def finish(self, trained):
         """Saves the finished model; its resumable backup is then no longer needed."""

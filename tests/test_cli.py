@@ -177,6 +177,7 @@ def test_train_data_reads_txt_zip_and_aligned_files_splits_2_2_and_learns_from_t
     by source sentence (a source's two translations stay together), together the file's pairs; and the
     vocabularies are learned from the training split alone. The run is stopped where the learning would start."""
     import kformer.training.jobs as jobs
+    import kformer.training.tasks as tasks
 
     words = "casa perro gato sol luna mar pan agua".split()
     sources = [f"{words[i % 8]} {i}" for i in range(2500)]
@@ -201,7 +202,7 @@ def test_train_data_reads_txt_zip_and_aligned_files_splits_2_2_and_learns_from_t
 
     original = jobs.train_translator
     monkeypatch.setattr(jobs, "train_translator", train_translator)
-    monkeypatch.setattr(jobs, "build_vocabularies", build_vocabularies)
+    monkeypatch.setattr(tasks, "build_vocabularies", build_vocabularies)
     splits_of = {}
     for data in ("pairs.txt", "pairs.zip", "a.en,a.es"):
         seen.clear()

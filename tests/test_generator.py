@@ -202,7 +202,7 @@ def test_translator_commands_on_a_language_model_are_one_usage_error(alphabet_lm
     monkeypatch.chdir(tmp_path)
     assert main([argv[0], "--model", str(alphabet_lm), *argv[1:]]) == 2
     assert capsys.readouterr().err == (
-        f"kformer {argv[0]}: error: {alphabet_lm}: holds a language_model, and this command needs a translator; "
+        f"kformer {argv[0]}: error: {alphabet_lm}: holds a language model, not a translator; "
         "for a language model use `kformer generate`.\n"
     )
     assert not (tmp_path / "never.png").exists()
@@ -211,10 +211,11 @@ def test_translator_commands_on_a_language_model_are_one_usage_error(alphabet_lm
 @pytest.mark.parametrize(
     "request_, message",
     [
-        (dict(formats=("ctranslate2",)), "CTranslate2 is exported for translators only; export a language_model as"),
+        (dict(formats=("ctranslate2",)), "ctranslate2: not exported for a language model; export it as saved_model, "),
         (dict(formats=("onnx", "ctranslate2"), quantize=("int8",)), "--quantize applies to TFLite here"),
-        (dict(formats=("tflite",), beam_size=4), "beam search and its length penalty are for translators; a langu"),
-        (dict(formats=("tflite",), length_penalty=0.0), "beam search and its length penalty are for translators"),
+        (dict(formats=("tflite",), beam_size=4), "beam search, its length penalty and XLA decoding are for transl"),
+        (dict(formats=("tflite",), length_penalty=0.0), "beam search, its length penalty and XLA decoding are for"),
+        (dict(formats=("tflite",), xla=True), "beam search, its length penalty and XLA decoding are for translators"),
     ],
 )
 def test_an_export_a_language_model_cannot_have_is_refused_before_writing(alphabet_lm, tmp_path, request_, message):
@@ -228,7 +229,7 @@ def test_an_export_a_language_model_cannot_have_is_refused_before_writing(alphab
 def test_attention_maps_of_a_language_model_are_refused_by_name(random_lm):
     from kformer.teaching.plots import attention_weights
 
-    with pytest.raises(ValueError, match="attention maps are drawn for a translator; this model is a language_model"):
+    with pytest.raises(ValueError, match="attention maps are drawn for a translator; this model is a language model"):
         attention_weights(random_lm, "a b c")
 
 
@@ -270,7 +271,7 @@ def test_export_of_a_language_model_runs_the_same_in_every_runtime(alphabet_lm, 
     assert {"tflite/generate_ids.tflite", "onnx/generate_ids.onnx", "saved_model/"} <= set(manifest["files"])
     # The default formats include CTranslate2, which has no decoder-only export here: said, not listed as written.
     assert manifest["formats"] == ["saved_model", "tflite", "onnx"]
-    assert manifest["skipped"] == {"ctranslate2": "exported for translators only"}
+    assert manifest["skipped"] == {"ctranslate2": "not exported for a language model"}
     assert not any(name.startswith("ctranslate2") for name in manifest["files"])
     trained = kformer.load(alphabet_lm)
     generator = Generator(trained, max_new_tokens=8)

@@ -11,6 +11,7 @@ from conftest import REPO, TINY_BATCH, run_fresh_python, to_numpy
 from kformer import TrainedModel, build_transformer, load
 from kformer.data.text import RESERVED_TOKENS, Tokenizer
 from kformer.model_dir import ModelDirectoryError
+from kformer.training.tasks import LANGUAGE_MODEL, TASKS, TRANSLATION
 
 SOURCE_VOCAB = RESERVED_TOKENS + ["the", "black", "cat", "sleeps"] + [f"w{i}" for i in range(12)]
 TARGET_VOCAB = RESERVED_TOKENS + ["el", "gato", "negro", "duerme"] + [f"v{i}" for i in range(22)]
@@ -198,18 +199,24 @@ def test_a_finished_directory_is_not_trained_over_unless_asked(saved):
     run = RunDirectory(directory)
     with (
         pytest.raises(ModelDirectoryError, match="already holds a trained model.*--overwrite"),
-        run.claim("translator"),
+        run.claim(TRANSLATION),
     ):
         pass
     assert (directory / "config.json").is_file()
-    with run.claim("translator", overwrite=True):
+    with run.claim(TRANSLATION, overwrite=True):
         assert sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")) == [
             ".kformer.lock",
             "training",
             "training/run.json",
         ]
-    with run.claim("translator"):  # an interrupted run is resumed
+    with run.claim(TRANSLATION):  # an interrupted run is resumed
         pass
+
+
+def test_each_kind_a_model_directory_may_name_is_a_task_of_kformers():
+    from kformer.model_dir import KINDS
+
+    assert set(KINDS) == set(TASKS) and all(TASKS[kind].kind == kind for kind in KINDS)
 
 
 def test_an_interrupted_run_of_another_task_is_refused_in_one_sentence_that_names_it(tmp_path, capsys):
@@ -217,7 +224,7 @@ def test_an_interrupted_run_of_another_task_is_refused_in_one_sentence_that_name
     from kformer.model_dir import RunDirectory
 
     out = tmp_path / "out"
-    with RunDirectory(out).claim("translator"):  # as a run killed once it started
+    with RunDirectory(out).claim(TRANSLATION):  # as a run killed once it started
         pass
     expected = (
         f"{out}: holds an interrupted run that trains a translator, not a language model; resume it with its own "
@@ -225,12 +232,12 @@ def test_an_interrupted_run_of_another_task_is_refused_in_one_sentence_that_name
     )
     with (
         pytest.raises(ModelDirectoryError, match=f"^{re.escape(expected)}$"),
-        RunDirectory(out).claim("language_model"),
+        RunDirectory(out).claim(LANGUAGE_MODEL),
     ):
         pass
     assert main(["--quiet", "train", "--task", "lm", "--data", "builtin", "--out", str(out)]) == 2
     assert capsys.readouterr().err == f"kformer train: error: {expected}\n"
-    with RunDirectory(out).claim("translator"):  # its own task resumes it
+    with RunDirectory(out).claim(TRANSLATION):  # its own task resumes it
         pass
 
 

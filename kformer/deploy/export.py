@@ -49,10 +49,9 @@ from kformer.data.sentences import SENTENCE_RULES
 from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.deploy import FORMATS, QUANTIZATIONS
 from kformer.files import require_space, umask
-from kformer.inference.decoding import ranking_scores
-from kformer.inference.generator import Generator
-from kformer.inference.translator import EXTRA_OUTPUT_TOKENS, Translator
+from kformer.inference.translator import EXTRA_OUTPUT_TOKENS
 from kformer.model_dir import TrainedModel, load
+from kformer.training.tasks import task_of
 
 EXAMPLE_SENTENCES = ["the black cat sleeps", "the cats that the girl sees sleep"]
 
@@ -121,29 +120,23 @@ def _float32_policies(node):
 class _Endpoints(tf.Module):
     """The functions the artifacts are made of, with fixed input signatures.
 
-    `runner` is a `Translator` or a `Generator`: both take texts (`__call__`)
-    and token ids (the method named by their `ids_name`), and name what their
-    texts come out as (`text_output`).
+    `runner` is a `Translator` or a `Generator` (`task.runner`): both take texts
+    (`__call__`) and token ids (the method named by their `ids_name`), and name
+    what their texts come out as (`text_output`). `serve_ids` serves that method's
+    outputs, `serve_more` the other id signatures of the task (`task.id_functions`).
     """
 
-    def __init__(self, runner):
+    def __init__(self, task, runner):
         super().__init__()
         self.runner, self.model, self.ids_name = runner, runner.model, runner.ids_name
-        ids = getattr(runner, runner.ids_name)
         self.serve_texts = tf.function(
             lambda texts: {runner.text_output: runner(texts)},
             input_signature=[tf.TensorSpec([None], tf.string, name="texts")],
         )
-        if isinstance(runner, Translator):  # with the log-probability of each translation, and every hypothesis
-            self.serve_ids = tf.function(
-                lambda tokens: dict(zip(("output_tokens", "log_probs"), runner.best_ids(tokens), strict=True)),
-                input_signature=ids.input_signature,
-            )
-            self.serve_search = tf.function(self._search, input_signature=ids.input_signature)
-        else:
-            self.serve_ids = tf.function(
-                lambda tokens: {"output_tokens": ids(tokens)}, input_signature=ids.input_signature
-            )
+        ids = getattr(runner, runner.ids_name).input_signature
+        functions = {name: tf.function(f, input_signature=ids) for name, f in task.id_functions(runner).items()}
+        self.serve_ids = functions.pop(runner.ids_name)
+        self.serve_more = functions
         model_inputs = [
             tf.TensorSpec(x.shape, x.dtype, name=x.name) for x in self.model.inputs
         ]  # (encoder_tokens,) decoder_tokens
@@ -151,12 +144,6 @@ class _Endpoints(tf.Module):
             lambda *tokens: {"logits": self.model(list(tokens) if len(tokens) > 1 else tokens[0], training=False)},
             input_signature=model_inputs,
         )
-
-    def _search(self, encoder_tokens):
-        """Every hypothesis, best first: tokens `(B, N, T)`, log-probabilities and ranking scores `(B, N)`."""
-        tokens, log_probs = self.runner.search_ids(encoder_tokens)
-        scores = ranking_scores(tokens, log_probs, self.runner.length_penalty)
-        return {"output_tokens": tokens, "log_probs": log_probs, "scores": scores}
 
 
 def _tflite_text_endpoint(translator):
@@ -266,8 +253,7 @@ def _write_saved_model(job):
         "serving_default": _shape_checked(endpoints.serve_texts),
         endpoints.ids_name: _shape_checked(endpoints.serve_ids),
     }
-    if hasattr(endpoints, "serve_search"):  # a translator's n-best lists with scores
-        signatures["search_ids"] = _shape_checked(endpoints.serve_search)
+    signatures.update({name: _shape_checked(function) for name, function in endpoints.serve_more.items()})
     tf.saved_model.save(endpoints, str(serving), signatures=signatures)
     _serving_files(job.staging / "serving", job.name, endpoints)
 
@@ -281,7 +267,7 @@ def _write_tflite(job):
     ]
     conversions.append(dict(saved_model=job.id_archive(), signature="forward", output=tflite / "forward.tflite"))
     text_archive = None
-    if job.trained.kind == "translator":  # strings in, strings out
+    if task_of(job.trained).tflite_text:  # strings in, strings out
         text_archive = job.staging / ".text-archive"
         _keras_archive(job.trained, text_archive, job.converted_endpoints, include_text=True)
         conversions.append(
@@ -382,15 +368,16 @@ def export(
     out, formats, quantize = Path(out), tuple(formats), tuple(quantize)
     _check_request(formats, quantize, out)
     trained = _in_float32(model if isinstance(model, TrainedModel) else load(model))
-    formats, skipped = _formats_for(trained.kind, formats, quantize, beam_size, length_penalty)
+    task = task_of(trained)
+    formats, skipped = _formats_for(task, formats, quantize)
     needed = _bytes_written(trained, formats, quantize)
     require_space(out, needed, "this export", ExportError)
-    if trained.kind == "translator":
-        search = dict(beam_size=beam_size, **({} if length_penalty is None else {"length_penalty": length_penalty}))
-        endpoints = _Endpoints(Translator(trained, **search, xla=xla))
-        converted = _Endpoints(Translator(trained, **search, xla=False)) if xla else endpoints
-    else:
-        endpoints = converted = _Endpoints(Generator(trained, max_new_tokens=max_new_tokens))
+    try:
+        settings = dict(beam_size=beam_size, length_penalty=length_penalty, max_new_tokens=max_new_tokens)
+        endpoints = _Endpoints(task, task.runner(trained, **settings, xla=xla))
+        converted = _Endpoints(task, task.runner(trained, **settings)) if xla else endpoints
+    except ValueError as error:
+        raise ExportError(str(error)) from None
     staging = _staging(out)
 
     def say(message):
@@ -410,12 +397,7 @@ def export(
         for format_name in formats:
             WRITERS[format_name](job)
         job.finish()
-        settings = {"beam_size": beam_size, "xla": bool(xla and trained.kind == "translator")}
-        if trained.kind == "translator":
-            settings["max_output_ratio"] = endpoints.runner.max_output_ratio
-            settings["length_penalty"] = endpoints.runner.length_penalty
-        if trained.kind == "language_model":
-            settings["max_new_tokens"] = max_new_tokens
+        settings = {"beam_size": beam_size, "xla": endpoints is not converted, **task.manifest(endpoints.runner)}
         manifest = _write_manifest(staging, trained, formats, skipped, quantize, name, version, settings)
         if out.exists():
             out.rmdir()  # empty, checked above
@@ -432,27 +414,20 @@ def export(
     return manifest
 
 
-def _formats_for(kind, formats, quantize, beam_size, length_penalty):
-    """The formats a model of `kind` exports, and {format: why not} for those it skips."""
-    if kind == "translator":
-        return formats, {}
-    if beam_size != 1 or length_penalty is not None:
+def _formats_for(task, formats, quantize):
+    """The formats a model of `task` exports, and {format: why not} for those it skips."""
+    skipped = {f: f"not exported for a {task.noun}" for f in formats if f not in task.formats}
+    formats = tuple(f for f in formats if f in task.formats)
+    if skipped and not formats:
         raise ExportError(
-            f"beam search and its length penalty are for translators; a {kind} exports greedy generation "
-            "(--max-tokens)."
+            f"{', '.join(skipped)}: not exported for a {task.noun}; export it as {', '.join(task.formats)}."
         )
-    if "ctranslate2" not in formats:
-        return formats, {}
-    formats = tuple(f for f in formats if f != "ctranslate2")
-    if not formats:
+    if skipped and quantize and "tflite" not in formats:
         raise ExportError(
-            f"CTranslate2 is exported for translators only; export a {kind} as saved_model, tflite or onnx."
+            f"--quantize applies to TFLite here (a {task.noun} has no {', '.join(skipped)} export); "
+            "add tflite to --formats."
         )
-    if quantize and "tflite" not in formats:
-        raise ExportError(
-            f"--quantize applies to TFLite here (a {kind} has no CTranslate2 export); add tflite to --formats."
-        )
-    return formats, {"ctranslate2": "exported for translators only"}
+    return formats, skipped
 
 
 def _bytes_written(trained, formats, quantize):

@@ -55,8 +55,8 @@ class Generator(tf.Module):
     ):
         super().__init__(name="generator")
         trained = load(model) if isinstance(model, (str, Path)) else model
-        if not isinstance(trained, TrainedModel) or trained.kind != "language_model":
-            kind = trained.kind if isinstance(trained, TrainedModel) else type(trained).__name__
+        if not isinstance(trained, TrainedModel) or trained.source_tokenizer is not None:
+            kind = "translator" if isinstance(trained, TrainedModel) else type(trained).__name__
             raise ValueError(f"Generator needs a language model (kformer train --task lm), got a {kind}.")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got max_new_tokens={max_new_tokens!r}.")

@@ -146,8 +146,8 @@ class Translator(tf.Module):
         trained = load(model) if isinstance(model, (str, Path)) else model
         if not isinstance(trained, TrainedModel):
             raise TypeError(f"Translator needs a model directory or a TrainedModel, got {type(trained).__name__}.")
-        if trained.kind != "translator":
-            raise ValueError(f"Translator needs a translator; this model is a {trained.kind} (use kformer.Generator).")
+        if trained.source_tokenizer is None:  # a language model's
+            raise ValueError("Translator needs a translator; this model has no source side (use kformer.Generator).")
         check_positive_int("beam_size", beam_size)
         vocab_size = trained.target_tokenizer.vocab_size
         if beam_size > vocab_size:

@@ -27,8 +27,8 @@ def attention_weights(trained, sentence, max_length=None):
     from kformer.inference.decoding import decode
     from kformer.layers import make_padding_mask
 
-    if trained.kind != "translator":
-        raise ValueError(f"attention maps are drawn for a translator; this model is a {trained.kind}.")
+    if trained.source_tokenizer is None:
+        raise ValueError("attention maps are drawn for a translator; this model is a language model.")
     max_length = max_length or trained.max_length
     source_ids = trained.source_tokenizer.tokenize(tf.constant([sentence]))[:, :max_length].to_tensor()
     output = decode(trained.model, source_ids, max_length).numpy()[0]

@@ -157,7 +157,7 @@ class BestTranslations(keras.callbacks.Callback):
 
     def _translations_score(self):
         if self._translator is None:
-            trained = TrainedModel(self.model, *self.tokenizers, {"kind": "translator", "max_length": self.max_length})
+            trained = TrainedModel(self.model, *self.tokenizers, {"max_length": self.max_length})  # a translator
             self._translator = Translator(trained, xla=False)  # one trace; XLA would compile per shape
         with warnings.catch_warnings():  # early in training most outputs run to the limit: not worth a warning
             warnings.simplefilter("ignore", OutputLimitWarning)

@@ -23,23 +23,14 @@ import tensorflow as tf
 from kformer.data.pairs import DataError, check_pairs
 from kformer.data.pipeline import batches_per_epoch, fits, length_limit, make_dataset, pair_lengths
 from kformer.data.stream import TrainingStream
-from kformer.data.text import Tokenizer, build_vocabularies, check_sentences
 from kformer.files import require_space, write_atomically
-from kformer.model import build_decoder_only, build_transformer
-from kformer.model_dir import (
-    SOURCE_VOCAB_FILE,
-    TARGET_VOCAB_FILE,
-    ModelDirectoryError,
-    RunDirectory,
-    TrainedModel,
-    load,
-)
+from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, ModelDirectoryError, RunDirectory, load
 from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TensorBoard, TimeBudget
 from kformer.training.config import ARCHITECTURE, ConfigError, TrainingConfig
 from kformer.training.distribute import fit_across_workers, make_strategy
-from kformer.training.evaluation import BestTranslations, perplexity
 from kformer.training.history import forget_epochs, learning_curves, whole_history
 from kformer.training.objectives import BudgetSchedule, TransformerSchedule, compile_for_training
+from kformer.training.tasks import LANGUAGE_MODEL, TRANSLATION, require
 
 FEW_STEPS = 100  # a budget that ran out before this many steps warns that the model is barely trained
 
@@ -77,47 +68,6 @@ def _compile(model, config, schedule):
         schedule=schedule,
         ema=config.ema,
     )
-
-
-def _vocabularies(out, pairs, config, verbose, write=True):
-    """The source and target tokenizers; with `shared_vocab`, one learned from both sides, written under both names.
-
-    They are learned from the first `config.vocab_sample` pairs of `pairs` (a stream's sample), or loaded
-    from `out`, where an interrupted run left them; `write`: write those it learned there.
-    """
-    pairs = pairs.sample if isinstance(pairs, TrainingStream) else pairs
-    pairs = pairs[: config.vocab_sample]
-    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-    if config.shared_vocab:
-        wanted = {SOURCE_VOCAB_FILE: (sources + targets, config.target_vocab_size, "the training pairs")}
-        (shared,) = _learn_vocabularies(out, wanted, verbose, write).values()
-        if write and not (out / TARGET_VOCAB_FILE).is_file():
-            write_atomically(out / TARGET_VOCAB_FILE, shared.save)
-        return shared, shared
-    wanted = {
-        SOURCE_VOCAB_FILE: (sources, config.source_vocab_size, "the source side"),
-        TARGET_VOCAB_FILE: (targets, config.target_vocab_size, "the target side"),
-    }
-    return tuple(_learn_vocabularies(out, wanted, verbose, write).values())
-
-
-def _learn_vocabularies(out, wanted, verbose, write=True):
-    """{file name: Tokenizer} for `wanted` {file name: (sentences, size, what they are)}: each loaded from `out`,
-    or learned (all at once) and, with `write`, written there."""
-    missing = {name: value for name, value in wanted.items() if not (out / name).is_file()}
-    for sentences, size, what in missing.values():
-        try:
-            check_sentences(sentences)
-        except ValueError as error:  # nothing but blank sentences
-            raise DataError(f"{what} holds {error}") from None
-        if verbose:
-            print(f"Learning a {size}-token WordPiece vocabulary from {len(sentences):,} sentences ...", flush=True)
-    learned = build_vocabularies([(sentences, size) for sentences, size, _ in missing.values()])
-    tokenizers = dict(zip(missing, map(Tokenizer, learned), strict=True))
-    for name, tokenizer in tokenizers.items():
-        if write:
-            write_atomically(out / name, tokenizer.save)
-    return {name: tokenizers.get(name) or Tokenizer.load(out / name) for name in wanted}
 
 
 @contextlib.contextmanager
@@ -288,7 +238,7 @@ def _report(summary, epochs, curves, verbose):
         learning_curves(epochs, curves)
 
 
-def _training_data(pairs, source, target, config, translator):
+def _training_data(pairs, source, target, config, task):
     """`input_context -> dataset`: the training batches of one worker's share of `pairs` (`TrainingStream.share`;
     of a list, every n-th pair).
 
@@ -308,10 +258,7 @@ def _training_data(pairs, source, target, config, translator):
             mine = pairs.share(index, count)
         else:
             mine = pairs if count == 1 else pairs[index::count]
-        dataset = make_dataset(mine, source, target, repeat=True, seed=config.seed, **batches, **shuffle)
-        if not translator:
-            dataset = dataset.map(lambda inputs, labels: (inputs[1], labels))  # the decoder side only
-        return dataset
+        return task.batches(make_dataset(mine, source, target, repeat=True, seed=config.seed, **batches, **shuffle))
 
     return share
 
@@ -401,9 +348,7 @@ def _starting_point(config, out):
     """
     if not config.init_from:
         return None, config
-    base = load(config.init_from)
-    if base.kind != "translator":
-        raise ModelDirectoryError(f"{config.init_from}: holds a {base.kind}; --init-from needs a translator.")
+    base = require(load(config.init_from), TRANSLATION, config.init_from, "--init-from fine-tunes a translator")
     saved = _with_defaults(base.config.get("training", {}))
     if not all(name in saved for name in ARCHITECTURE):
         raise ModelDirectoryError(
@@ -456,9 +401,9 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False, callb
         refuse_new_architecture(config.init_from, {k: v for k, v in asked.items() if v != default[k]})
     if not isinstance(train_pairs, TrainingStream) and not train_pairs:
         raise DataError("the training split is empty; give more sentence pairs.")
-    with RunDirectory(out).claim("translator", overwrite, is_chief(config)) as run:
+    with RunDirectory(out).claim(TRANSLATION, overwrite, is_chief(config)) as run:
         base, config = _starting_point(config, run.root)
-        return _train("translator", train_pairs, valid_pairs, run, config, verbose, base, callbacks)
+        return _train(TRANSLATION, train_pairs, valid_pairs, run, config, verbose, base, callbacks)
 
 
 def train_language_model(lines, out, config=None, verbose=1, overwrite=False, valid_lines=(), callbacks=()):
@@ -477,36 +422,29 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False, va
     config = config or TrainingConfig()
     if not lines:
         raise DataError("no text to train on; give at least one line.")
-    with RunDirectory(out).claim("language_model", overwrite, is_chief(config)) as run:
+    with RunDirectory(out).claim(LANGUAGE_MODEL, overwrite, is_chief(config)) as run:
         # A language model is a translator from nothing: the pair pipeline with an empty source, decoder side kept.
         if isinstance(valid_lines, (str, bytes)) or not all(isinstance(line, str) for line in valid_lines):
             raise DataError("valid_lines must be a list of strings, one held-out line each.")
         valid_pairs = [("", line) for line in valid_lines]
         pairs = [("", line) for line in lines]
-        return _train("language_model", pairs, valid_pairs, run, config, verbose, callbacks=callbacks)
+        return _train(LANGUAGE_MODEL, pairs, valid_pairs, run, config, verbose, callbacks=callbacks)
 
 
-def _train(kind, pairs, valid_pairs, run, config, verbose, base=None, callbacks=()):
+def _train(task, pairs, valid_pairs, run, config, verbose, base=None, callbacks=()):
     """The training sequence both jobs share: vocabularies, model, data, fit, model directory.
 
-    `kind` is "translator" or "language_model"; `base` the `TrainedModel` to start from (--init-from).
+    `task`: `TRANSLATION` or `LANGUAGE_MODEL` (kformer.training.tasks), which says what differs; `base` the
+    `TrainedModel` to start from (--init-from).
     """
-    translator, out = kind == "translator", run.root
+    out = run.root
     with _training_setup(config) as (strategy, policy):
-        if translator:
-            if base is not None:  # fine-tuning tokenizes as the model it starts from did
-                source, target = base.source_tokenizer, base.target_tokenizer
-            else:
-                source, target = _vocabularies(out, pairs, config, verbose, write=is_chief(config))
-            builder, sizes, model_config = build_transformer, (source.vocab_size, target.vocab_size), config
+        if base is not None:  # fine-tuning tokenizes as the model it starts from did
+            source, target = base.source_tokenizer, base.target_tokenizer
         else:
-            lines = [line for _, line in pairs[: config.vocab_sample]]
-            wanted = {TARGET_VOCAB_FILE: (lines, config.target_vocab_size, "the training text")}
-            (target,) = _learn_vocabularies(out, wanted, verbose, write=is_chief(config)).values()
-            source, builder, sizes = target, build_decoder_only, (target.vocab_size,)
-            # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
-            tie = config.tie_embeddings or config.shared_vocab
-            model_config = dataclasses.replace(config, shared_vocab=False, tie_embeddings=tie)
+            sample = pairs.sample if isinstance(pairs, TrainingStream) else pairs
+            source, target = task.vocabularies(out, sample, config, verbose, write=is_chief(config))
+        builder, sizes, model_config = task.model(config, source, target)
         config, left_out, lengths = _length_limit(config, pairs, source, target, base, verbose)
         batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
         steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, source, target, **batches, lengths=lengths)
@@ -514,22 +452,17 @@ def _train(kind, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
         model, schedule = _build(strategy, model_config, builder, sizes, steps_per_epoch, weights)
         # model.keras, the best weights, and the backup with Adam's two moments (twice while replacing it).
         require_space(out, 8 * 4 * model.count_params(), "training this model")
-        train = _training_data(pairs, source, target, config, translator)
+        train = _training_data(pairs, source, target, config, task)
         if config.strategy != "multiworker":
             train = train(tf.distribute.InputContext())  # the one share: all of it
-        valid, keeper = None, None
-        if valid_pairs and translator:
-            if np.any(fits(*pair_lengths(valid_pairs, source, target), config.max_length)):  # else no val_loss
-                valid = make_dataset(valid_pairs, source, target, shuffle=False, **batches)
-            keeper = BestTranslations(valid_pairs, source, target, config.max_length, run.best_weights)
+        valid, keeper = task.validation(valid_pairs, source, target, batches, run.best_weights)
         if verbose:
-            what = "Transformer" if translator else "decoder-only model"
             start = f"from {config.init_from}, " if base else ""
             size = f"about {pairs.estimated_pairs:,}" if isinstance(pairs, TrainingStream) else f"{len(pairs):,}"
             print(
-                f"Training a {model.count_params():,}-parameter {what} {start}on {size} "
-                f"{'pairs' if translator else 'lines'} ({steps_per_epoch} steps an epoch, {policy}"
-                f"{'' if uses_xla(config) else ' without XLA'}, strategy {config.strategy}) ...",
+                f"Training a {model.count_params():,}-parameter {task.noun} {start}on {size} {task.examples} "
+                f"({steps_per_epoch} steps an epoch, {policy}{'' if uses_xla(config) else ' without XLA'}, "
+                f"strategy {config.strategy}) ...",
                 flush=True,
             )
         try:
@@ -541,10 +474,9 @@ def _train(kind, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
     if keeper is not None and keeper.best >= 0:
         summary["val_chrf_kept"] = keeper.best
     summary["pairs_left_out"] = left_out
-    if valid_pairs and not translator:
-        summary["val_perplexity"] = round(perplexity(model, target, [t for _, t in valid_pairs], config.max_length), 2)
-    config_json = {"kind": kind, "max_length": config.max_length, "training": dataclasses.asdict(config)}
-    trained = TrainedModel(model, source if translator else None, target, {**config_json, "result": summary})
+    summary.update(task.results(model, target, valid_pairs, config))
+    config_json = {"kind": task.kind, "max_length": config.max_length, "training": dataclasses.asdict(config)}
+    trained = task.trained(model, source, target, {**config_json, "result": summary})
     if is_chief(config):
         run.finish(trained)
     return trained
