@@ -259,11 +259,13 @@ def test_workers_share_a_file_that_cannot_be_entered_midway_pair_by_pair(tmp_pat
 def test_each_worker_trains_on_its_own_share_of_the_pairs(tokenizer):
     import tensorflow as tf
 
+    from kformer.data.stream import InMemoryPairs
     from kformer.training.jobs import _training_data
+    from kformer.training.tasks import TRANSLATION
 
-    pairs = [(f"{first} {second}", "x") for first in WORDS for second in WORDS]
+    pairs = InMemoryPairs((f"{first} {second}", "x") for first in WORDS for second in WORDS)
     config = TrainingConfig(batch_size=8, max_length=20, shuffle_buffer=1)  # a buffer of one: in order
-    shares = _training_data(pairs, tokenizer, tokenizer, config, translator=True)
+    shares = _training_data(pairs, tokenizer, tokenizer, config, TRANSLATION)
     for index in (0, 1):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)
         (sources, _), _ = next(iter(shares(context)))

@@ -20,7 +20,7 @@ import itertools
 import random
 import time
 
-from kformer.data.pairs import DataError, PairFile, read_pairs, split_of, split_pairs
+from kformer.data.pairs import DataError, PairFile, check_pairs, read_pairs, split_of, split_pairs
 
 STREAM_ABOVE_BYTES = 64 * 2**20  # about 500,000 Tatoeba-length pairs
 HELD_OUT = 5000  # validation and test pairs kept from a large corpus: enough for a BLEU within a point
@@ -38,6 +38,8 @@ class TrainingStream:
             sample reached the end of the file, else estimated from the bytes
             the sample took.
     """
+
+    approximate = True  # estimated_pairs may be an estimate
 
     def __init__(self, corpus, sample, estimated_pairs, valid_fraction, test_fraction):
         self.corpus = corpus
@@ -85,6 +87,26 @@ class TrainingStream:
         pairs = iter(self)
         while chunk := list(itertools.islice(pairs, size)):
             yield chunk
+
+
+class InMemoryPairs(list):
+    """A training split held in memory, read through a `TrainingStream`'s interface: a job takes either alike.
+
+    Its sample is all of it, its count exact, and a worker's share every `count`-th pair.
+    """
+
+    approximate, error = False, None
+    sample = property(lambda self: self)
+    estimated_pairs = property(len)
+
+    def share(self, index, count):
+        return self if count == 1 else InMemoryPairs(self[index::count])
+
+
+def training_pairs(pairs, name):
+    """A `TrainingStream` as it is; anything else checked as pairs (`check_pairs`, naming them `name`) and held
+    as `InMemoryPairs`."""
+    return pairs if isinstance(pairs, TrainingStream) else InMemoryPairs(check_pairs(pairs, name))
 
 
 class Mixture(TrainingStream):

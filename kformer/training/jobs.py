@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from kformer.data.pairs import DataError, check_pairs
 from kformer.data.pipeline import batches_per_epoch, fits, length_limit, make_dataset, pair_lengths
-from kformer.data.stream import TrainingStream
+from kformer.data.stream import InMemoryPairs, training_pairs
 from kformer.files import require_space, write_atomically
 from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, ModelDirectoryError, RunDirectory, load
 from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TensorBoard, TimeBudget
@@ -239,8 +239,8 @@ def _report(summary, epochs, curves, verbose):
 
 
 def _training_data(pairs, source, target, config, task):
-    """`input_context -> dataset`: the training batches of one worker's share of `pairs` (`TrainingStream.share`;
-    of a list, every n-th pair).
+    """`input_context -> dataset`: the training batches of one worker's share of `pairs` (a `TrainingStream`'s
+    or `InMemoryPairs`' `share`).
 
     A share's batches hold the per-replica part of `config.batch_size` (or of `batch_tokens`).
     """
@@ -254,10 +254,7 @@ def _training_data(pairs, source, target, config, task):
             batch_tokens=config.batch_tokens and max(1, config.batch_tokens // context.num_replicas_in_sync),
             max_length=config.max_length,
         )
-        if isinstance(pairs, TrainingStream):
-            mine = pairs.share(index, count)
-        else:
-            mine = pairs if count == 1 else pairs[index::count]
+        mine = pairs.share(index, count)
         return task.batches(make_dataset(mine, source, target, repeat=True, seed=config.seed, **batches, **shuffle))
 
     return share
@@ -270,7 +267,7 @@ def _length_limit(config, pairs, source, target, base, verbose):
     Unset, the limit is the model's it fine-tunes, or what 99% of the pairs fit (`length_limit`). A
     stream's pairs are counted in its sample and the count scaled to its estimated size.
     """
-    sample = pairs.sample if isinstance(pairs, TrainingStream) else pairs
+    sample = pairs.sample
     lengths = pair_lengths(sample, source, target)
     chosen = config.max_length is None
     if chosen:
@@ -281,11 +278,11 @@ def _length_limit(config, pairs, source, target, base, verbose):
             f"none of the {len(sample):,} training pairs fits max_length={config.max_length} tokens a side; "
             "raise --max-length."
         )
-    total = pairs.estimated_pairs if isinstance(pairs, TrainingStream) else len(sample)
+    total = pairs.estimated_pairs
     left_out = round(too_long * total / len(sample))
     if verbose:
         how = "" if not chosen else " (the model's)" if base else " (from the data: 99% of the pairs fit)"
-        about = "about " if isinstance(pairs, TrainingStream) else ""
+        about = "about " if pairs.approximate else ""
         print(
             f"Sentences of up to {config.max_length} tokens{how}: {about}{left_out:,} of {about}{total:,} training "
             f"pairs ({too_long / len(sample):.2%}) are longer and left out"
@@ -391,15 +388,13 @@ def train_translator(splits, out, config=None, verbose=1, overwrite=False, callb
     config = config or TrainingConfig()
     if not isinstance(splits, dict) or "train" not in splits:
         raise DataError('splits must be a dict {"train": pairs, "valid": pairs (optional)}, as split_pairs returns.')
-    train_pairs = splits["train"]
-    if not isinstance(train_pairs, TrainingStream):
-        train_pairs = check_pairs(train_pairs, "splits['train']")
+    train_pairs = training_pairs(splits["train"], "splits['train']")
     valid_pairs = check_pairs(splits.get("valid") or [], "splits['valid']")
     if config.init_from:
         asked = {name: getattr(config, name) for name in ARCHITECTURE}
         default = dataclasses.asdict(TrainingConfig())
         refuse_new_architecture(config.init_from, {k: v for k, v in asked.items() if v != default[k]})
-    if not isinstance(train_pairs, TrainingStream) and not train_pairs:
+    if not train_pairs:  # (a stream is never empty: it was refused when read)
         raise DataError("the training split is empty; give more sentence pairs.")
     with RunDirectory(out).claim(TRANSLATION, overwrite, is_chief(config)) as run:
         base, config = _starting_point(config, run.root)
@@ -427,7 +422,7 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False, va
         if isinstance(valid_lines, (str, bytes)) or not all(isinstance(line, str) for line in valid_lines):
             raise DataError("valid_lines must be a list of strings, one held-out line each.")
         valid_pairs = [("", line) for line in valid_lines]
-        pairs = [("", line) for line in lines]
+        pairs = InMemoryPairs(("", line) for line in lines)
         return _train(LANGUAGE_MODEL, pairs, valid_pairs, run, config, verbose, callbacks=callbacks)
 
 
@@ -442,8 +437,7 @@ def _train(task, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
         if base is not None:  # fine-tuning tokenizes as the model it starts from did
             source, target = base.source_tokenizer, base.target_tokenizer
         else:
-            sample = pairs.sample if isinstance(pairs, TrainingStream) else pairs
-            source, target = task.vocabularies(out, sample, config, verbose, write=is_chief(config))
+            source, target = task.vocabularies(out, pairs.sample, config, verbose, write=is_chief(config))
         builder, sizes, model_config = task.model(config, source, target)
         config, left_out, lengths = _length_limit(config, pairs, source, target, base, verbose)
         batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
@@ -458,7 +452,7 @@ def _train(task, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
         valid, keeper = task.validation(valid_pairs, source, target, batches, run.best_weights)
         if verbose:
             start = f"from {config.init_from}, " if base else ""
-            size = f"about {pairs.estimated_pairs:,}" if isinstance(pairs, TrainingStream) else f"{len(pairs):,}"
+            size = f"{'about ' if pairs.approximate else ''}{pairs.estimated_pairs:,}"
             print(
                 f"Training a {model.count_params():,}-parameter {task.noun} {start}on {size} {task.examples} "
                 f"({steps_per_epoch} steps an epoch, {policy}{'' if uses_xla(config) else ' without XLA'}, "
@@ -468,7 +462,7 @@ def _train(task, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
         try:
             _, summary = _fit(model, schedule, train, valid, steps_per_epoch, run, config, verbose, keeper, callbacks)
         except tf.errors.OpError:
-            if getattr(pairs, "error", None):  # a bad line deep in a stream: the backup keeps the run so far
+            if pairs.error:  # a bad line deep in a stream: the backup keeps the run so far
                 raise DataError(f"{pairs.error} Fix it and run the same command again to resume.") from None
             raise
     if keeper is not None and keeper.best >= 0:
