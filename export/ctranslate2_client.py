@@ -9,7 +9,9 @@ max_length tokens in pieces and allows the same number of output tokens as
 kformer's decoder (wordpiece.output_limit), as kformer's graph does, so greedy
 decoding gives kformer's tokens. Beam search scores length differently (CTranslate2 divides by
 length ** length_penalty; kformer uses GNMT's ((5 + length) / 6) ** alpha, 0.6 by default), so
-beam outputs can differ; with --length-penalty 0 both rank by log-probability alone.
+beam outputs can differ. --length-penalty defaults to the export's alpha (its manifest's,
+`kformer export --length-penalty`), applied CTranslate2's way; at 0 both rank by
+log-probability alone.
 
     python export/ctranslate2_client.py EXPORT_DIR --beam 4 --n-best 4 --scores --length-penalty 0 "..."
 
@@ -39,18 +41,24 @@ class Client:
         self.target = WordPiece(export_dir / "target_vocab.txt")
         self.translator = ctranslate2.Translator(str(export_dir / model), device="cpu", intra_threads=threads)
 
-    def translate(self, sentences, beam_size=1):
-        """Lines in, translations out; a line of several sentences is split as kformer's graph splits it."""
+    def translate(self, sentences, beam_size=1, length_penalty=None):
+        """Lines in, translations out; a line of several sentences is split as kformer's graph splits it.
+        `length_penalty`: as in `n_best`."""
+        options = dict(beam_size=beam_size, length_penalty=self.length_penalty(length_penalty))
 
         def in_pieces(flat):
-            return by_piece(lambda ids: self._translate(ids, beam_size), flat, self.source, self.target, self.manifest)
+            return by_piece(lambda ids: self._translate(ids, options), flat, self.source, self.target, self.manifest)
 
         return by_sentence(in_pieces, sentences, self.manifest)
 
-    def _translate(self, pieces, beam_size):
+    def length_penalty(self, given=None):
+        """CTranslate2's alpha: `given`, else the export's (its manifest's), else kformer's default 0.6."""
+        return self.manifest.get("length_penalty", 0.6) if given is None else given
+
+    def _translate(self, pieces, options):
         if not pieces:
             return []
-        return [[self.target.ids[t] for t in r.hypotheses[0]] for r in self._search(pieces, beam_size=beam_size)]
+        return [[self.target.ids[t] for t in r.hypotheses[0]] for r in self._search(pieces, **options)]
 
     def _search(self, pieces, **options):
         """CTranslate2's results for source id lists, decoded as kformer decodes: its output limit, never
@@ -72,7 +80,7 @@ class Client:
         """
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be between 1 and the beam size ({beam_size}), got n_best={n_best}.")
-        alpha = self.manifest.get("length_penalty", 0.6) if length_penalty is None else length_penalty
+        alpha = self.length_penalty(length_penalty)
         ids = [self.source.tokenize(sentence) for sentence in sentences]
         too_long = [i for i, row in enumerate(ids) if len(row) > self.manifest["max_length"]]
         if too_long:
@@ -91,8 +99,8 @@ class Client:
         return lists
 
 
-def translate(export_dir, sentences, model="ctranslate2", beam_size=1):
-    return Client(export_dir, model).translate(sentences, beam_size)
+def translate(export_dir, sentences, model="ctranslate2", beam_size=1, length_penalty=None):
+    return Client(export_dir, model).translate(sentences, beam_size, length_penalty)
 
 
 def main():
@@ -107,7 +115,7 @@ def main():
     args = parser.parse_args()
     try:
         if args.n_best is None and not args.scores:
-            print("\n".join(translate(args.export_dir, args.sentences, args.model, args.beam)))
+            print("\n".join(translate(args.export_dir, args.sentences, args.model, args.beam, args.length_penalty)))
             return
         client = Client(args.export_dir, args.model)
         lists = client.n_best(args.sentences, args.beam, args.n_best or 1, args.length_penalty)

@@ -44,7 +44,8 @@ class TrainedModel:
 
     A translator (`build_transformer`) has both tokenizers; a language model
     (`build_decoder_only`) has only `target_tokenizer`, and `source_tokenizer`
-    is None. `config["kind"]` says which ("translator" when absent).
+    is None. `config["kind"]` says which (when absent, as in a model built in
+    memory: "language_model" without a source tokenizer, else "translator").
     """
 
     model: keras.Model
@@ -54,7 +55,7 @@ class TrainedModel:
 
     @property
     def kind(self):
-        return self.config.get("kind", "translator")
+        return self.config.get("kind", "translator" if self.source_tokenizer is not None else "language_model")
 
     @property
     def max_length(self):
@@ -122,15 +123,14 @@ class RunDirectory:
             for name in (SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE):
                 (self.root / name).unlink(missing_ok=True)
             shutil.rmtree(self.training, ignore_errors=True)
-        mine = {"kind": task.kind, "noun": task.noun}
-        held = json.loads(self._task.read_text(encoding="utf-8")) if self._task.is_file() else mine
-        if held["kind"] != task.kind:
+        held = json.loads(self._task.read_text(encoding="utf-8"))["kind"] if self._task.is_file() else task.kind
+        if held != task.kind:
             raise ModelDirectoryError(
-                f"{self.root}: holds an interrupted run that trains a {held.get('noun', held['kind'])}, not a "
+                f"{self.root}: holds an interrupted run that trains a {held.replace('_', ' ')}, not a "
                 f"{task.noun}; resume it with its own command, or choose another --out."
             )
         if not self._task.is_file():  # noted before the run's first file (its vocabularies), checked on a resume
-            write_json(self._task, mine)
+            write_json(self._task, {"kind": task.kind})
 
     def finish(self, trained):
         """Saves the finished model; its resumable backup is then no longer needed."""

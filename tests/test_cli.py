@@ -138,7 +138,7 @@ def test_batch_tokens_and_the_papers_schedule_reach_the_training_itself(tmp_path
     tokens, and the optimizer of the saved model on the paper's schedule."""
     import kformer.training.jobs
 
-    sizes = []  # of the first batch of each dataset the job makes: the training one first
+    sizes = []  # of the first batch of each training dataset the job makes (validation's: kformer.training.tasks)
 
     def make_dataset(*args, **kwargs):
         dataset = original(*args, **kwargs)

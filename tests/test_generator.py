@@ -213,9 +213,9 @@ def test_translator_commands_on_a_language_model_are_one_usage_error(alphabet_lm
     [
         (dict(formats=("ctranslate2",)), "ctranslate2: not exported for a language model; export it as saved_model, "),
         (dict(formats=("onnx", "ctranslate2"), quantize=("int8",)), "--quantize applies to TFLite here"),
-        (dict(formats=("tflite",), beam_size=4), "beam search, its length penalty and XLA decoding are for transl"),
-        (dict(formats=("tflite",), length_penalty=0.0), "beam search, its length penalty and XLA decoding are for"),
-        (dict(formats=("tflite",), xla=True), "beam search, its length penalty and XLA decoding are for translators"),
+        (dict(formats=("tflite",), beam_size=4), "^--beam: for translators only; a language model exports greedy"),
+        (dict(formats=("tflite",), length_penalty=0.0), "^--length-penalty: for translators only"),
+        (dict(formats=("tflite",), xla=True, beam_size=2), "^--beam and --xla: for translators only"),
     ],
 )
 def test_an_export_a_language_model_cannot_have_is_refused_before_writing(alphabet_lm, tmp_path, request_, message):

@@ -49,7 +49,6 @@ from kformer.data.sentences import SENTENCE_RULES
 from kformer.data.text import RESERVED_TOKENS, SPACING_RULES
 from kformer.deploy import FORMATS, QUANTIZATIONS
 from kformer.files import require_space, umask
-from kformer.inference.translator import EXTRA_OUTPUT_TOKENS
 from kformer.model_dir import TrainedModel, load
 from kformer.training.tasks import task_of
 
@@ -356,7 +355,8 @@ def export(
             2.2x faster a request at batch 1 on CPU (bench/RESULTS.md); TensorFlow loads and runs it
             anywhere, but TF Serving runs XLA on CPU only when started with
             `--xla_cpu_compilation_enabled=true` (experimental; tensorflow/serving#1858),
-            so it is not the default. TFLite and ONNX always convert the plain loop.
+            so it is not the default. TFLite and ONNX always convert the plain loop. A
+            language model's export refuses it, as it refuses beam search.
 
     A model trained in mixed precision is exported in float32 (its weights
     are float32 already): the artifacts translate as the model would with
@@ -370,14 +370,14 @@ def export(
     trained = _in_float32(model if isinstance(model, TrainedModel) else load(model))
     task = task_of(trained)
     formats, skipped = _formats_for(task, formats, quantize)
-    needed = _bytes_written(trained, formats, quantize)
-    require_space(out, needed, "this export", ExportError)
-    try:
+    try:  # a setting the task's runner refuses is refused before any work
         settings = dict(beam_size=beam_size, length_penalty=length_penalty, max_new_tokens=max_new_tokens)
         endpoints = _Endpoints(task, task.runner(trained, **settings, xla=xla))
         converted = _Endpoints(task, task.runner(trained, **settings)) if xla else endpoints
     except ValueError as error:
         raise ExportError(str(error)) from None
+    needed = _bytes_written(trained, formats, quantize)
+    require_space(out, needed, "this export", ExportError)
     staging = _staging(out)
 
     def say(message):
@@ -397,7 +397,8 @@ def export(
         for format_name in formats:
             WRITERS[format_name](job)
         job.finish()
-        settings = {"beam_size": beam_size, "xla": endpoints is not converted, **task.manifest(endpoints.runner)}
+        decoding = task.manifest(endpoints.runner)
+        settings = {"beam_size": beam_size, "xla": endpoints is not converted, "decoding": decoding}
         manifest = _write_manifest(staging, trained, formats, skipped, quantize, name, version, settings)
         if out.exists():
             out.rmdir()  # empty, checked above
@@ -416,12 +417,11 @@ def export(
 
 def _formats_for(task, formats, quantize):
     """The formats a model of `task` exports, and {format: why not} for those it skips."""
-    skipped = {f: f"not exported for a {task.noun}" for f in formats if f not in task.formats}
-    formats = tuple(f for f in formats if f in task.formats)
+    skipped = {f: f"not exported for a {task.noun}" for f in formats if f in task.unexported}
+    formats = tuple(f for f in formats if f not in skipped)
     if skipped and not formats:
-        raise ExportError(
-            f"{', '.join(skipped)}: not exported for a {task.noun}; export it as {', '.join(task.formats)}."
-        )
+        others = ", ".join(f for f in FORMATS if f not in task.unexported)
+        raise ExportError(f"{', '.join(skipped)}: not exported for a {task.noun}; export it as {others}.")
     if skipped and quantize and "tflite" not in formats:
         raise ExportError(
             f"--quantize applies to TFLite here (a {task.noun} has no {', '.join(skipped)} export); "
@@ -479,10 +479,7 @@ def _write_manifest(staging, trained, formats, skipped, quantize, name, version,
         "beam_size": settings["beam_size"],
         "xla": settings["xla"],
         "max_length": trained.max_length,
-        **({"max_new_tokens": settings["max_new_tokens"]} if "max_new_tokens" in settings else {}),
-        **({"max_output_ratio": settings["max_output_ratio"]} if "max_output_ratio" in settings else {}),
-        **({"extra_output_tokens": EXTRA_OUTPUT_TOKENS} if "max_output_ratio" in settings else {}),
-        **({"length_penalty": settings["length_penalty"]} if "length_penalty" in settings else {}),
+        **settings["decoding"],  # the task's (`task.manifest`)
         "reserved_tokens": list(RESERVED_TOKENS),
         "spacing_rules": [list(rule) for rule in SPACING_RULES],
         "sentence_rules": [list(rule) for rule in SENTENCE_RULES],

@@ -21,7 +21,7 @@ class Generator(tf.Module):
 
     Args:
         model: a language-model directory (`kformer train --task lm`) or a
-            loaded `TrainedModel` of kind "language_model".
+            loaded `TrainedModel` of a language model (no source tokenizer).
         max_new_tokens: the most tokens written after a prompt.
         temperature: 0 for greedy (always the most likely token); above 0,
             sample from the softmax of logits / temperature.

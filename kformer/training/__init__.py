@@ -6,5 +6,6 @@
 - `distribute`: strategies by name and the multi-worker loop.
 - `evaluation`: sacreBLEU scores and the keeper of the best translations.
 - `history`: the run's history re-read across restarts, and its learning curves.
+- `tasks`: `TRANSLATION` and `LANGUAGE_MODEL`, all that differs between the two jobs and their exports.
 - `jobs`: `train_translator` and `train_language_model`, end to end.
 """

@@ -15,7 +15,7 @@ from kformer.data.text import Tokenizer, build_vocabularies, check_sentences
 from kformer.files import write_atomically
 from kformer.inference.decoding import ranking_scores
 from kformer.inference.generator import Generator
-from kformer.inference.translator import Translator
+from kformer.inference.translator import EXTRA_OUTPUT_TOKENS, Translator
 from kformer.model import build_decoder_only, build_transformer
 from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, ModelDirectoryError, TrainedModel
 from kformer.training.evaluation import BestTranslations, perplexity
@@ -25,7 +25,7 @@ class Translation:
     """Sentence pairs -> an encoder-decoder translator."""
 
     kind, noun, examples = "translator", "translator", "pairs"
-    formats = ("saved_model", "tflite", "onnx", "ctranslate2")
+    unexported = ()  # kformer.deploy.FORMATS it has no writer for
     tflite_text = True  # a TFLite model of strings in, strings out (tensorflow-text's kernels)
 
     def vocabularies(self, out, pairs, config, verbose, write=True):
@@ -92,14 +92,18 @@ class Translation:
 
     def manifest(self, runner):
         """The decoding settings an export's manifest records, which its clients follow."""
-        return {"max_output_ratio": runner.max_output_ratio, "length_penalty": runner.length_penalty}
+        return {
+            "max_output_ratio": runner.max_output_ratio,
+            "extra_output_tokens": EXTRA_OUTPUT_TOKENS,
+            "length_penalty": runner.length_penalty,
+        }
 
 
 class LanguageModel:
     """Lines of text -> a decoder-only (GPT-style) language model; one vocabulary, no source side."""
 
     kind, noun, examples = "language_model", "language model", "lines"
-    formats = ("saved_model", "tflite", "onnx")
+    unexported = ("ctranslate2",)  # CTranslate2's decoder-only spec is not written here
     tflite_text = False
 
     def vocabularies(self, out, pairs, config, verbose, write=True):
@@ -132,10 +136,19 @@ class LanguageModel:
 
     def runner(self, trained, beam_size=1, length_penalty=None, max_new_tokens=None, xla=False):
         """The `Generator` an export serves: greedy, `max_new_tokens` a prompt, in the plain graph loop."""
-        if beam_size != 1 or length_penalty is not None or xla:
+        asked = [
+            flag
+            for flag, given in (
+                ("--beam", beam_size != 1),
+                ("--length-penalty", length_penalty is not None),
+                ("--xla", xla),
+            )
+            if given
+        ]
+        if asked:
             raise ValueError(
-                f"beam search, its length penalty and XLA decoding are for translators; a {self.noun} exports "
-                "greedy generation in the graph loop (--max-tokens)."
+                f"{' and '.join(asked)}: for translators only; a {self.noun} exports greedy generation in the graph "
+                "loop (--max-tokens sets its length)."
             )
         return Generator(trained, **_given(max_new_tokens=max_new_tokens))
 
