@@ -83,7 +83,7 @@ class TrainingConfig:
     )
     warmup_steps: int = _setting(4000, "steps of linear warmup to the paper's peak rate")
     learning_rate_scale: float = _setting(1.0, "multiplies the schedule's rate")
-    clipnorm: float | None = _setting(None, "clip each gradient to this global norm")
+    clipnorm: float | None = _setting(None, "clip each weight's gradient to this norm (Keras's clipnorm, per weight)")
     ema: float | None = _setting(None, "keep and save a moving average of the weights with this decay")
     average: int | None = _setting(
         None, "end with the mean of the last K checkpoints (every --backup-steps), if it translates validation better"
