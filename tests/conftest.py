@@ -53,17 +53,29 @@ def to_numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 
 
+def shifted_right(output):
+    """The decoder's input that teacher-forces `output` (B, T): [START], then all but its last token."""
+    from kformer.data.text import START_ID
+
+    return np.concatenate([np.full((len(output), 1), START_ID), output[:, :-1]], 1).astype("int32")
+
+
+def numpy_log_softmax(logits):
+    """NumPy's float64 log-softmax over the last axis: the reference the searches' log-probabilities meet."""
+    logits = np.asarray(logits, "float64")
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
 def teacher_forced_log_probs(model, sources, outputs):
     """log p of each output row `(B, T)` given its source ([END] included, the [PAD] after it left out): NumPy's
     float64 log-softmax of the model's teacher-forced logits, independent of the search that chose the tokens."""
-    from kformer.data.text import END_ID, PAD_ID, START_ID
+    from kformer.data.text import END_ID, PAD_ID
 
     outputs = np.asarray(outputs)
-    decoder_tokens = np.concatenate([np.full((len(outputs), 1), START_ID), outputs[:, :-1]], 1).astype("int32")
+    decoder_tokens = shifted_right(outputs)
     decoder_tokens[decoder_tokens == END_ID] = PAD_ID
-    logits = to_numpy(model([sources, decoder_tokens])).astype("float64")
-    log_softmax = logits - logits.max(-1, keepdims=True)
-    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    log_softmax = numpy_log_softmax(to_numpy(model([sources, decoder_tokens])))
     picked = np.take_along_axis(log_softmax, outputs[..., None].astype("int64"), -1)[..., 0]
     return np.where(outputs != PAD_ID, picked, 0.0).sum(1)
 

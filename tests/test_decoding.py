@@ -13,6 +13,7 @@ from conftest import (
     count_decode_steps,
     hesitant_model,
     run_fresh_python,
+    shifted_right,
     teacher_forced_log_probs,
     to_numpy,
 )
@@ -135,11 +136,6 @@ def test_trained_model_copies_with_greedy_and_beam(trained):
     for beam_size in (1, 4):
         translator = Translator(trained, beam_size=beam_size)
         assert translator.translate(["a b c", "l k j i h", "d e"]) == ["a b c", "l k j i h", "d e"]
-
-
-def shifted_right(output):
-    """The decoder's input that teacher-forces `output` (B, T): [START], then all but its last token."""
-    return np.concatenate([np.full((len(output), 1), START_ID), output[:, :-1]], 1).astype("int32")
 
 
 def test_beam_search_finds_a_sequence_at_least_as_likely_as_greedy(random_model):

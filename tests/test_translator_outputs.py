@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import copy_task_model, hesitant_model, to_numpy
+from conftest import copy_task_model, hesitant_model, numpy_log_softmax, to_numpy
 
 from kformer import Translator
 from kformer.cli import main
@@ -34,9 +34,7 @@ def numpy_log_probs(trained, source, target_ids):
     """log p(target_ids + [END] | source), token by token, from NumPy's log-softmax of the model's logits."""
     encoder = trained.source_tokenizer.tokenize([source]).to_tensor().numpy()
     decoder = np.array([[START_ID, *target_ids]], "int32")
-    logits = to_numpy(trained.model([encoder, decoder], training=False))[0].astype("float64")  # (T + 1, V)
-    log_softmax = logits - logits.max(-1, keepdims=True)
-    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    log_softmax = numpy_log_softmax(to_numpy(trained.model([encoder, decoder], training=False))[0])  # (T + 1, V)
     return log_softmax[np.arange(len(target_ids) + 1), [*target_ids, END_ID]]
 
 
