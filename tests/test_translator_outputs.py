@@ -104,8 +104,8 @@ def test_n_best_lists_are_distinct_best_first_and_begin_with_the_plain_translati
             if ended:  # GNMT's score of NumPy's log-probability, the length counting [END]
                 expected = gnmt(numpy_log_probs(hesitant, source, ids[:-1]).sum(), len(ids), 1.0)
                 assert score == pytest.approx(expected, rel=1e-4, abs=1e-4)
-    assert translator.translate(SOURCES, n_best=4) == [[text for text, _ in found] for found in lists]
-    assert translator.translate(SOURCES, n_best=4)[0] != [plain[0]] * 4
+    texts = translator.translate(SOURCES, n_best=4)
+    assert texts == [[text for text, _ in found] for found in lists] and texts[0] != [plain[0]] * 4
 
 
 @pytest.mark.slow
@@ -344,13 +344,17 @@ def test_no_repeat_ngram_bans_exactly_the_repeats_greedy_and_beam(copier, n, xla
         )
     assert Translator(copier, xla=xla).translate(["a b a b a b"]) == ["a b a b a b"]  # the copy, repeats and all
     beams = Translator(copier, beam_size=3, no_repeat_ngram=n, xla=xla)
-    for source, hypotheses in zip(sources, beams.translate(sources, n_best=3, with_scores=True), strict=True):
-        for text, score in hypotheses:
-            tokens = text.split()
-            assert len(set(ngrams(tokens, n))) == len(ngrams(tokens, n)), (text, n)
-            # The score is the model's own log-probability of those tokens, not one renormalised without the banned.
-            (pair,) = beams.score([source], [text])
-            assert score == pytest.approx(gnmt(pair.log_prob, pair.tokens, beams.length_penalty), rel=1e-4, abs=1e-5)
+    found = [
+        (source, text, score)
+        for source, hypotheses in zip(sources, beams.translate(sources, n_best=3, with_scores=True), strict=True)
+        for text, score in hypotheses
+    ]
+    # The score is the model's own log-probability of those tokens, not one renormalised without the banned.
+    given = beams.score([source for source, _, _ in found], [text for _, text, _ in found])
+    for (_, text, score), pair in zip(found, given, strict=True):
+        tokens = text.split()
+        assert len(set(ngrams(tokens, n))) == len(ngrams(tokens, n)), (text, n)
+        assert score == pytest.approx(gnmt(pair.log_prob, pair.tokens, beams.length_penalty), rel=1e-4, abs=1e-5)
 
 
 def test_the_no_repeat_ngram_flag_reaches_the_decoder(copier, tmp_path, capsys):
