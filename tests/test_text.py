@@ -22,6 +22,7 @@ from kformer.data.text import (
     build_vocabulary,
     learn_wordpiece,
     normalize,
+    utf8_batch,
 )
 
 SENTENCES = [
@@ -79,10 +80,21 @@ def test_unseen_characters_become_unknown(tokenizer):
     assert UNK_ID not in ids[:-2] and list(ids[-2:]) == [UNK_ID, UNK_ID]
 
 
-def test_input_is_nfc_normalised(tokenizer):
+def test_input_is_nfc_normalised_unless_told_not_to(tokenizer):
     composed, decomposed = "caf\u00e9", "cafe\u0301"
     a, b = (tokenizer.tokenize(tf.constant([text])) for text in (composed, decomposed))
     np.testing.assert_array_equal(a.to_tensor().numpy(), b.to_tensor().numpy())
+    assert a.dtype == tf.int32  # the ids the model's int32 inputs take, not FastWordpiece's default int64
+    raw = tokenizer.tokenize(tf.constant([decomposed]), normalize_text=False)  # the TFLite model's path
+    assert raw.to_list() != b.to_list()
+
+
+def test_characters_utf8_cannot_encode_become_question_marks():
+    """A lone surrogate (a file read with errors="surrogateescape") is replaced, as Python's "replace" does."""
+    texts = ["gato \udcff negro", "perro"]
+    assert (
+        utf8_batch(texts) == [text.encode("utf-8", errors="replace") for text in texts] == [b"gato ? negro", b"perro"]
+    )
 
 
 def test_save_and_load_round_trip(tokenizer, tmp_path):
@@ -98,8 +110,8 @@ def test_vocabulary_without_reserved_tokens_is_rejected():
 @pytest.mark.parametrize(
     "sentences, error, message",
     [
-        ([], ValueError, "no sentences to learn a vocabulary from"),
-        (["", "  ", "\t"], ValueError, "no words to learn a vocabulary from: 3 sentences, all empty or blank"),
+        ([], ValueError, r"^no sentences to learn a vocabulary from\.$"),
+        (["", "  ", "\t"], ValueError, r"^no words to learn a vocabulary from: 3 sentences, all empty or blank\.$"),
         ("el gato", TypeError, "give a list of strings, not one string"),
         (["el gato", 7], TypeError, "item 1 is a int"),
     ],
