@@ -185,6 +185,7 @@ def test_the_vocabulary_is_tensorflow_texts_learned_with_fewer_probes(monkeypatc
 @example({"bdd": 30, "d": 1279}, 8)
 @example({"ad": 2519, "dbdcb": 2297, "cdd": 463, "ab": 2696, "bbddb": 25}, 14)
 @example({"e": 1971, "d": 2121, "abdc": 18, "da": 2636, "ced": 2479, "ebeb": 723, "eb": 2058}, 15)
+@example({"a" * 51: 40, "bc": 30}, 20)  # a word over the learner's 50 characters is left out, not learned
 @given(
     st.dictionaries(st.text("abcdé", min_size=1, max_size=9), st.integers(1, 3000), min_size=1, max_size=60),
     st.integers(5, 120),
