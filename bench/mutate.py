@@ -14,6 +14,7 @@ score is a floor: the rest of the suite can only kill more.
 import argparse
 import configparser
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not (REPO / args.module).is_file():
         parser.error(f"no module {args.module} in {REPO}; name it from the repository root, as kformer/data/text.py.")
+    if shutil.which("mutmut") is None:
+        parser.error("mutmut is not installed: pip install mutmut==3.8.1 (the version tox -e mutation pins).")
     folder = Path(tempfile.mkdtemp(prefix="kformer-mutate-"))
     scratch_copy(args.module, args.tests, folder)
     print(f"mutating {args.module} against {' '.join(args.tests)} in {folder}", flush=True)
