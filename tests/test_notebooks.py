@@ -44,11 +44,13 @@ def test_chapter_ends_with_exercises_whose_solutions_are_asserted(path):
     sources = [(cell.cell_type, cell.source) for cell in notebook.cells]
     start = next(i for i, (kind, source) in enumerate(sources) if kind == "markdown" and "## Exercises" in source)
     after = sources[start:]
-    solutions = [i for i, (kind, source) in enumerate(after) if kind == "markdown" and source.startswith("*Solution.*")]
+    solutions = [i for i, (kind, source) in enumerate(after) if kind == "markdown" and "*Solution.*" in source]
     assert len(solutions) >= 2, name
-    for i in solutions:  # each solution's prose is followed by a code cell that asserts it
+    for i in solutions:  # each solution folded, its prose followed by a code cell that asserts it, folded too
+        assert after[i][1].startswith("<details>") and after[i][1].endswith("</details>"), (name, after[i][1])
         kind, source = after[i + 1]
         assert kind == "code" and "assert" in source, (name, source)
+        assert notebook.cells[start + i + 1].metadata.get("jupyter", {}).get("source_hidden"), (name, source)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
