@@ -44,14 +44,14 @@ class Client:
     def translate(self, sentences, beam_size=1, length_penalty=None):
         """Lines in, translations out; a line of several sentences is split as kformer's graph splits it.
         `length_penalty`: as in `n_best`."""
-        options = dict(beam_size=beam_size, length_penalty=self.length_penalty(length_penalty))
+        options = dict(beam_size=beam_size, length_penalty=self._alpha(length_penalty))
 
         def in_pieces(flat):
             return by_piece(lambda ids: self._translate(ids, options), flat, self.source, self.target, self.manifest)
 
         return by_sentence(in_pieces, sentences, self.manifest)
 
-    def length_penalty(self, given=None):
+    def _alpha(self, given=None):
         """CTranslate2's alpha: `given`, else the export's (its manifest's), else kformer's default 0.6."""
         return self.manifest.get("length_penalty", 0.6) if given is None else given
 
@@ -80,7 +80,7 @@ class Client:
         """
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be between 1 and the beam size ({beam_size}), got n_best={n_best}.")
-        alpha = self.length_penalty(length_penalty)
+        alpha = self._alpha(length_penalty)
         ids = [self.source.tokenize(sentence) for sentence in sentences]
         too_long = [i for i, row in enumerate(ids) if len(row) > self.manifest["max_length"]]
         if too_long:
