@@ -67,7 +67,7 @@ def main(argv=None):
     row = [args.module, total, stats["killed"], stats["timeout"], stats["survived"], stats["no_tests"], f"{score:.1f}%"]
     print("| " + " | ".join(str(cell) for cell in row) + " |")
     if not args.keep:
-        subprocess.run(["rm", "-rf", str(folder)], check=True)
+        shutil.rmtree(folder)
     return run.returncode
 
 
