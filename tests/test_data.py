@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from kformer.data.pairs import DataError, read_pairs, split_pairs
-from kformer.data.pipeline import batches_per_epoch, make_dataset, teacher_forcing
+from kformer.data.pipeline import batches_per_epoch, make_dataset, pair_lengths, teacher_forcing
 from kformer.data.text import END_ID, START_ID, Tokenizer
 
 
@@ -148,6 +148,32 @@ def test_pairs_too_long_are_left_out_whole_never_cut_before_an_end():
     assert batches_per_epoch(pairs, tokenizer, tokenizer, 8, 5) == 1
     with pytest.raises(DataError, match=r"none of the 6 sentence pairs fits max_length=1 tokens a side"):
         make_dataset(pairs, tokenizer, tokenizer, max_length=1)
+
+
+def test_a_language_models_lines_are_read_as_text_decoder_side_only():
+    """No source tokenizer: each line is [START] + its tokens -> its tokens + [END], batched by its own length;
+    a line with no room for [END] is left out, as a pair's target is."""
+    words = "a b c d e f g h".split()
+    tokenizer = Tokenizer(["[PAD]", "[UNK]", "[START]", "[END]", *words])
+    lines = ["a b", "c d e f", "h", "a b c d e f g h a b c", "a b c d e f g h a b c d"]  # 2, 4, 1, 11, 12 tokens
+    batches = list(make_dataset(lines, None, tokenizer, batch_size=8, max_length=12, shuffle=False))
+    assert all(isinstance(inputs, tf.Tensor) for inputs, _ in batches)  # no encoder side at all
+    rows = {
+        tuple(row[row > 0].tolist()): (tuple(label[label > 0].tolist()), len(row))
+        for inputs, labels in batches
+        for row, label in zip(inputs.numpy(), labels.numpy(), strict=True)
+    }
+    ids = {word: index for index, word in enumerate(tokenizer.vocabulary)}
+    expected = {}
+    for line in lines[:4]:  # 12 tokens leave no room for [END] in 12
+        tokens = [ids[word] for word in line.split()]
+        width = 8 if len(tokens) + 1 < 9 else 16  # padded to just below the bucket edge above it (9, 17)
+        expected[(START_ID, *tokens)] = ((*tokens, END_ID), width)
+    assert rows == expected
+    assert pair_lengths(lines, None, tokenizer)[0].tolist() == [0] * 5
+    assert batches_per_epoch(lines, None, tokenizer, 8, 12) == len(batches) == 2
+    with pytest.raises(DataError, match=r"^none of the 5 lines fits max_length=1 tokens"):
+        make_dataset(lines, None, tokenizer, max_length=1)
 
 
 def test_batches_are_padded_with_zeros_to_their_bucket_edge():

@@ -16,19 +16,19 @@ from kformer.data.stream import Mixture, TrainingStream
 from kformer.data.text import END_ID, PAD_ID, START_ID
 
 
-def teacher_forcing(source_ids, target_ids):
-    """Ids of one pair -> ((encoder_tokens, decoder_tokens), labels).
+def teacher_forcing(*ids):
+    """Ids of one pair (source, target), or of one line of a language model's text (target alone) ->
+    (inputs, labels): ((encoder_tokens, decoder_tokens), labels), or (decoder_tokens, labels) for a line.
 
     The decoder reads [START] + target and is trained to predict target +
     [END]: at every position t the label is the token that comes after the
-    tokens it has seen. Nothing is cut: pairs too long for the model are left
+    tokens it has seen. Nothing is cut: examples too long for the model are left
     out before (`fits`), so [END] is only ever taught after a whole sentence.
     """
-    start = tf.constant([START_ID], tf.int32)
-    end = tf.constant([END_ID], tf.int32)
-    decoder_tokens = tf.concat([start, target_ids], axis=0)
-    labels = tf.concat([target_ids, end], axis=0)
-    return (source_ids, decoder_tokens), labels
+    *source_ids, target_ids = ids
+    decoder_tokens = tf.concat([tf.constant([START_ID], tf.int32), target_ids], axis=0)
+    labels = tf.concat([target_ids, tf.constant([END_ID], tf.int32)], axis=0)
+    return ((*source_ids, decoder_tokens) if source_ids else decoder_tokens), labels
 
 
 def fits(source_length, target_length, max_length):
@@ -36,11 +36,24 @@ def fits(source_length, target_length, max_length):
     return (source_length <= max_length) & (target_length + 1 <= max_length)
 
 
-def pair_lengths(pairs, source_tokenizer, target_tokenizer):
-    """Each pair's source and target token counts (no [START]/[END]), as two NumPy arrays."""
-    sources, targets = zip(*pairs, strict=True)
-    source_lengths = source_tokenizer.tokenize(tf.constant(sources)).row_lengths().numpy()
-    return source_lengths, target_tokenizer.tokenize(tf.constant(targets)).row_lengths().numpy()
+def pair_lengths(examples, source_tokenizer, target_tokenizer):
+    """Each example's source and target token counts (no [START]/[END]), as two NumPy arrays; a language
+    model's lines (no `source_tokenizer`) count 0 source tokens."""
+    return _lengths(_token_ids(examples, source_tokenizer, target_tokenizer))
+
+
+def _lengths(ids):
+    """`_token_ids`' rows' lengths: (source, target), a line's source 0."""
+    lengths = [side.row_lengths().numpy() for side in ids]
+    return (np.zeros_like(lengths[0]), *lengths) if len(ids) == 1 else tuple(lengths)
+
+
+def _token_ids(examples, source_tokenizer, target_tokenizer):
+    """(source ids, target ids) of a list of pairs, ragged; (target ids,) of lines (no `source_tokenizer`)."""
+    if source_tokenizer is None:
+        return (target_tokenizer.tokenize(tf.constant(list(examples))),)
+    sources, targets = zip(*examples, strict=True)
+    return source_tokenizer.tokenize(tf.constant(sources)), target_tokenizer.tokenize(tf.constant(targets))
 
 
 def length_limit(source_lengths, target_lengths, coverage=0.99, bucket_width=8, least=40):
@@ -151,6 +164,10 @@ def make_dataset(
 ):
     """The tf.data pipeline: tokenize, leave out pairs too long, teacher forcing, shuffle, bucket, pad.
 
+    `pairs`: (source, target) sentence pairs (a list or a `TrainingStream`), or
+    with `source_tokenizer` None the lines of a language model's text (a list),
+    each read as a target side alone.
+
     A pair whose source has more than `max_length` tokens, or whose target
     has more than `max_length - 1` (room for [END]), is left out (`fits`),
     never cut: a cut target would teach the model to stop mid-sentence.
@@ -172,7 +189,8 @@ def make_dataset(
     in bigger batches, so every step does about the same work).
 
     Yields:
-        ((encoder_tokens (B, S), decoder_tokens (B, T)), labels (B, T)), int32.
+        ((encoder_tokens (B, S), decoder_tokens (B, T)), labels (B, T)), int32; of lines,
+        (decoder_tokens (B, T), labels (B, T)).
     """
     streamed = isinstance(pairs, TrainingStream)  # a Mixture too
     if streamed:
@@ -183,27 +201,31 @@ def make_dataset(
         )
         dataset = dataset.unbatch()
     else:
+        what = "lines" if source_tokenizer is None else "sentence pairs"
         if not pairs:
-            raise DataError("no sentence pairs to make a dataset from.")
-        sources, targets = zip(*pairs, strict=True)
-        source_ids = source_tokenizer.tokenize(tf.constant(sources))
-        target_ids = target_tokenizer.tokenize(tf.constant(targets))
-        if not np.any(fits(source_ids.row_lengths().numpy(), target_ids.row_lengths().numpy(), max_length)):
+            raise DataError(f"no {what} to make a dataset from.")
+        ids = _token_ids(pairs, source_tokenizer, target_tokenizer)
+        if not np.any(fits(*_lengths(ids), max_length)):
             raise DataError(
-                f"none of the {len(pairs):,} sentence pairs fits max_length={max_length} tokens a side; "
+                f"none of the {len(pairs):,} {what} fits max_length={max_length} tokens a side; "
                 "raise max_length (--max-length)."
             )
-        dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-    dataset = dataset.filter(lambda s, t: fits(tf.shape(s)[0], tf.shape(t)[0], max_length))
+        dataset = tf.data.Dataset.from_tensor_slices(ids)
+    dataset = dataset.filter(
+        lambda *ids: fits(tf.shape(ids[0])[0] if len(ids) == 2 else 0, tf.shape(ids[-1])[0], max_length)
+    )
     dataset = dataset.map(teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE)
     if not streamed:
         dataset = _ordered(dataset, min(shuffle_buffer, len(pairs)) if shuffle else None, repeat, seed)
     boundaries = bucket_boundaries(max_length, bucket_width)
     dataset = dataset.bucket_by_sequence_length(
-        element_length_func=lambda inputs, labels: tf.maximum(tf.shape(inputs[0])[0], tf.shape(labels)[0]),
+        # A pair's longer side; a line's decoder side, its labels' length.
+        element_length_func=lambda inputs, labels: tf.maximum(
+            tf.shape(tf.nest.flatten(inputs)[0])[0], tf.shape(labels)[0]
+        ),
         bucket_boundaries=boundaries,
         bucket_batch_sizes=bucket_batch_sizes(boundaries, batch_size, batch_tokens),
-        padding_values=((PAD_ID, PAD_ID), PAD_ID),
+        padding_values=PAD_ID,  # every component
         pad_to_bucket_boundary=True,
         drop_remainder=False,
     )

@@ -92,7 +92,8 @@ class TrainingStream:
 class InMemoryPairs(list):
     """A training split held in memory, read through a `TrainingStream`'s interface: a job takes either alike.
 
-    Its sample is all of it, its count exact, and a worker's share every `count`-th pair.
+    Its pairs (a language model's lines) are all its sample, its count exact, and a worker's share every
+    `count`-th one.
     """
 
     approximate, error = False, None

@@ -85,9 +85,9 @@ def perplexity(model, tokenizer, lines, max_length, batch_size=64):
     (with smoothing 0.1 that loss stays well above the true cross-entropy).
     Lines longer than `max_length` tokens are left out, as in training.
     """
-    dataset = make_dataset([("", line) for line in lines], tokenizer, tokenizer, batch_size, max_length, shuffle=False)
+    dataset = make_dataset(list(lines), None, tokenizer, batch_size, max_length, shuffle=False)
     total, tokens = 0.0, 0
-    for (_, decoder_input), labels in dataset:
+    for decoder_input, labels in dataset:
         logits = ops.cast(model(decoder_input, training=False), "float32")  # (B, T, V)
         log_probs = ops.take_along_axis(ops.log_softmax(logits), labels[..., None], axis=-1)[..., 0]  # (B, T)
         real = ops.not_equal(labels, PAD_ID)

@@ -24,7 +24,14 @@ from kformer.data.pairs import DataError, check_pairs
 from kformer.data.pipeline import batches_per_epoch, fits, length_limit, make_dataset, pair_lengths
 from kformer.data.stream import InMemoryPairs, training_pairs
 from kformer.files import require_space, write_atomically
-from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, ModelDirectoryError, RunDirectory, load
+from kformer.model_dir import (
+    SOURCE_VOCAB_FILE,
+    TARGET_VOCAB_FILE,
+    ModelDirectoryError,
+    RunDirectory,
+    TrainedModel,
+    load,
+)
 from kformer.training.callbacks import Backup, CheckpointAverage, DamagedBackup, TensorBoard, TimeBudget
 from kformer.training.config import ARCHITECTURE, ConfigError, TrainingConfig
 from kformer.training.distribute import fit_across_workers, make_strategy
@@ -255,14 +262,14 @@ def _training_data(pairs, source, target, config, task):
             max_length=config.max_length,
         )
         mine = pairs.share(index, count)
-        return task.batches(make_dataset(mine, source, target, repeat=True, seed=config.seed, **batches, **shuffle))
+        return make_dataset(mine, source, target, repeat=True, seed=config.seed, **batches, **shuffle)
 
     return share
 
 
-def _length_limit(config, pairs, source, target, base, verbose):
-    """`config` with its `max_length` settled, how many training pairs it leaves out (`make_dataset`), and the
-    `pair_lengths` it counted them by.
+def _length_limit(task, config, pairs, source, target, base, verbose):
+    """`config` with its `max_length` settled, how many training pairs (a language model's lines) it leaves out
+    (`make_dataset`), and the `pair_lengths` it counted them by.
 
     Unset, the limit is the model's it fine-tunes, or what 99% of the pairs fit (`length_limit`). A
     stream's pairs are counted in its sample and the count scaled to its estimated size.
@@ -275,17 +282,17 @@ def _length_limit(config, pairs, source, target, base, verbose):
     too_long = int(np.sum(~fits(*lengths, config.max_length)))
     if too_long == len(sample):
         raise DataError(
-            f"none of the {len(sample):,} training pairs fits max_length={config.max_length} tokens a side; "
+            f"none of the {len(sample):,} training {task.examples} fits max_length={config.max_length} tokens a side; "
             "raise --max-length."
         )
     total = pairs.estimated_pairs
     left_out = round(too_long * total / len(sample))
     if verbose:
-        how = "" if not chosen else " (the model's)" if base else " (from the data: 99% of the pairs fit)"
+        how = "" if not chosen else " (the model's)" if base else f" (from the data: 99% of the {task.examples} fit)"
         about = "about " if pairs.approximate else ""
         print(
             f"Sentences of up to {config.max_length} tokens{how}: {about}{left_out:,} of {about}{total:,} training "
-            f"pairs ({too_long / len(sample):.2%}) are longer and left out"
+            f"{task.examples} ({too_long / len(sample):.2%}) are longer and left out"
             + ("; raise --max-length to keep them." if left_out else "."),
             flush=True,
         )
@@ -418,12 +425,12 @@ def train_language_model(lines, out, config=None, verbose=1, overwrite=False, va
     if not lines:
         raise DataError("no text to train on; give at least one line.")
     with RunDirectory(out).claim(LANGUAGE_MODEL, overwrite, is_chief(config)) as run:
-        # A language model is a translator from nothing: the pair pipeline with an empty source, decoder side kept.
-        if isinstance(valid_lines, (str, bytes)) or not all(isinstance(line, str) for line in valid_lines):
-            raise DataError("valid_lines must be a list of strings, one held-out line each.")
-        valid_pairs = [("", line) for line in valid_lines]
-        pairs = InMemoryPairs(("", line) for line in lines)
-        return _train(LANGUAGE_MODEL, pairs, valid_pairs, run, config, verbose, callbacks=callbacks)
+        for name, given in (("lines", lines), ("valid_lines", valid_lines)):
+            if isinstance(given, (str, bytes)) or not all(isinstance(line, str) for line in given):
+                raise DataError(f"{name} must be a list of strings, one line of text each.")
+        return _train(
+            LANGUAGE_MODEL, InMemoryPairs(lines), list(valid_lines), run, config, verbose, callbacks=callbacks
+        )
 
 
 def _train(task, pairs, valid_pairs, run, config, verbose, base=None, callbacks=()):
@@ -439,7 +446,7 @@ def _train(task, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
         else:
             source, target = task.vocabularies(out, pairs.sample, config, verbose, write=is_chief(config))
         builder, sizes, model_config = task.model(config, source, target)
-        config, left_out, lengths = _length_limit(config, pairs, source, target, base, verbose)
+        config, left_out, lengths = _length_limit(task, config, pairs, source, target, base, verbose)
         batches = dict(batch_size=config.batch_size, max_length=config.max_length, batch_tokens=config.batch_tokens)
         steps_per_epoch = config.steps_per_epoch or batches_per_epoch(pairs, source, target, **batches, lengths=lengths)
         weights = base.model.get_weights() if base else None
@@ -470,7 +477,7 @@ def _train(task, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
     summary["pairs_left_out"] = left_out
     summary.update(task.results(model, target, valid_pairs, config))
     config_json = {"kind": task.kind, "max_length": config.max_length, "training": dataclasses.asdict(config)}
-    trained = task.trained(model, source, target, {**config_json, "result": summary})
+    trained = TrainedModel(model, source, target, {**config_json, "result": summary})
     if is_chief(config):
         run.finish(trained)
     return trained

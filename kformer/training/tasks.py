@@ -1,10 +1,10 @@
 """The two tasks kformer trains and serves, and all that differs between them, in one place.
 
 `TRANSLATION` reads sentence pairs and trains an encoder-decoder (`build_transformer`) that `Translator`
-decodes; `LANGUAGE_MODEL` reads lines of text and trains a decoder alone (`build_decoder_only`) that
-`Generator` continues. A model directory's config.json names its task (`"kind"`, which `model_dir.load` checks);
-`task_of` maps that name to its task once, and the jobs, the export and the CLI ask the task
-rather than compare names.
+decodes; `LANGUAGE_MODEL` reads lines of text as text (no source side: no source tokenizer) and trains a
+decoder alone (`build_decoder_only`) that `Generator` continues. A model directory's config.json names its
+task (`"kind"`, which `model_dir.load` checks); `task_of` maps that name to its task once, and the jobs, the
+export and the CLI ask the task rather than compare names.
 """
 
 import dataclasses
@@ -17,7 +17,7 @@ from kformer.inference.decoding import ranking_scores
 from kformer.inference.generator import Generator
 from kformer.inference.translator import EXTRA_OUTPUT_TOKENS, Translator
 from kformer.model import build_decoder_only, build_transformer
-from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, ModelDirectoryError, TrainedModel
+from kformer.model_dir import SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, ModelDirectoryError
 from kformer.training.evaluation import BestTranslations, perplexity
 
 
@@ -50,10 +50,6 @@ class Translation:
         """(builder, its vocabulary sizes, the settings it is built with)."""
         return build_transformer, (source.vocab_size, target.vocab_size), config
 
-    def batches(self, dataset):
-        """The training batches as the model takes them: ((encoder tokens, decoder tokens), labels)."""
-        return dataset
-
     def validation(self, valid_pairs, source, target, batches, best_weights):
         """(the validation batches or None, the keeper of the best translations or None); `batches`:
         `make_dataset`'s batch_size, batch_tokens and max_length."""
@@ -67,9 +63,6 @@ class Translation:
     def results(self, model, target, valid_pairs, config):
         """What the end of training adds to the run's summary, beyond the keeper's: nothing."""
         return {}
-
-    def trained(self, model, source, target, config_json):
-        return TrainedModel(model, source, target, config_json)
 
     def runner(self, trained, beam_size=1, length_penalty=None, max_new_tokens=None, xla=False):
         """The `Translator` an export serves (`max_new_tokens` is a language model's)."""
@@ -106,12 +99,11 @@ class LanguageModel:
     unexported = ("ctranslate2",)  # CTranslate2's decoder-only spec is not written here
     tflite_text = False
 
-    def vocabularies(self, out, pairs, config, verbose, write=True):
-        """(the one tokenizer, twice): source and target are the same text."""
-        lines = [line for _, line in pairs[: config.vocab_sample]]
-        wanted = {TARGET_VOCAB_FILE: (lines, config.target_vocab_size, "the training text")}
+    def vocabularies(self, out, lines, config, verbose, write=True):
+        """(None, the one tokenizer): a language model has no source side."""
+        wanted = {TARGET_VOCAB_FILE: (lines[: config.vocab_sample], config.target_vocab_size, "the training text")}
         (target,) = learn_vocabularies(out, wanted, verbose, write).values()
-        return target, target
+        return None, target
 
     def model(self, config, source, target):
         # One vocabulary already: --shared-vocab's tying is the decoder's input and output tying.
@@ -119,20 +111,14 @@ class LanguageModel:
         settings = dataclasses.replace(config, shared_vocab=False, tie_embeddings=tie)
         return build_decoder_only, (target.vocab_size,), settings
 
-    def batches(self, dataset):
-        return dataset.map(lambda inputs, labels: (inputs[1], labels))  # the decoder side only
-
     def validation(self, valid_pairs, source, target, batches, best_weights):
         return None, None  # scored once, at the end (`results`)
 
-    def results(self, model, target, valid_pairs, config):
+    def results(self, model, target, valid_lines, config):
         """The model's perplexity on the held-out lines (`evaluation.perplexity`), given some."""
-        if not valid_pairs:
+        if not valid_lines:
             return {}
-        return {"val_perplexity": round(perplexity(model, target, [t for _, t in valid_pairs], config.max_length), 2)}
-
-    def trained(self, model, source, target, config_json):
-        return TrainedModel(model, None, target, config_json)
+        return {"val_perplexity": round(perplexity(model, target, valid_lines, config.max_length), 2)}
 
     def runner(self, trained, beam_size=1, length_penalty=None, max_new_tokens=None, xla=False):
         """The `Generator` an export serves: greedy, `max_new_tokens` a prompt, in the plain graph loop."""
