@@ -14,11 +14,11 @@ in this checkout than in the other; the script exits 1 if any did.
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import checkouts  # bench/checkouts.py, beside this script
 
 HERE = Path(__file__).resolve()
 BEAMS = (1, 4)
@@ -63,8 +63,7 @@ def ctranslate2_outputs(out, batches, manifest, beam_size, pieces):
     export's own rule, read from its manifest by this checkout's export/wordpiece.py)."""
     import ctranslate2
 
-    sys.path.insert(0, str(HERE.parent.parent / "export"))
-    from wordpiece import output_limit
+    output_limit = checkouts.wordpiece().output_limit
 
     translator = ctranslate2.Translator(str(out / "ctranslate2"), device="cpu")
     outputs = []
@@ -116,9 +115,9 @@ def translate_everywhere(model, data, sentences):
 
 
 def run_checkout(checkout, args, output):
-    env = dict(os.environ, PYTHONPATH=str(checkout), TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, str(HERE), "--worker", str(output), "--model", args.model, "--data", args.data]
-    subprocess.run([*command, "--sentences", str(args.sentences)], env=env, check=True)
+    data = args.data if args.data == "builtin" else str(Path(args.data).resolve())  # the worker runs in `checkout`
+    arguments = [str(HERE), "--worker", str(output), "--model", str(Path(args.model).resolve()), "--data", data]
+    checkouts.run(checkout, [*arguments, "--sentences", str(args.sentences)], check=True)
     return json.loads(output.read_text("utf-8"))
 
 
@@ -137,7 +136,7 @@ def main():
         parser.error("--other is required")
     with tempfile.TemporaryDirectory() as scratch:
         outputs = {}
-        for who, checkout in (("this", HERE.parent.parent), ("other", args.other.resolve())):
+        for who, checkout in (("this", checkouts.THIS), ("other", args.other.resolve())):
             print(f"{who} checkout ({checkout}) ...", file=sys.stderr, flush=True)
             outputs[who] = run_checkout(checkout, args, Path(scratch) / f"{who}.json")
     print(f"| runtime | sentences | other tokens than in {args.other} |\n| --- | --- | --- |")

@@ -21,17 +21,19 @@ import tempfile
 import time
 from pathlib import Path
 
+import checkouts  # bench/checkouts.py, beside this script
 import numpy as np
+import onnxruntime
 import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
 
 import kformer
 from kformer.deploy.export import export
 from kformer.training.evaluation import score
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
-import onnxruntime  # noqa: E402
-from ai_edge_litert.interpreter import Interpreter  # noqa: E402
-from wordpiece import WordPiece, output_limit, pad_batch  # noqa: E402
+WordPiece, output_limit, pad_batch = (
+    getattr(checkouts.wordpiece(), name) for name in ("WordPiece", "output_limit", "pad_batch")
+)
 
 
 def test_split(data):

@@ -25,12 +25,13 @@ where the checkout does, detokenizing).
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import checkouts  # bench/checkouts.py, beside this script
 
 HERE = Path(__file__).resolve()
 D, HEADS, LAYERS, D_FF, VOCAB, BATCH, LENGTH = 256, 8, 2, 1024, 8000, 64, 40
@@ -101,9 +102,8 @@ def worker(only, model_dir=None, sentences_file=None):
 
 
 def start(checkout, only, real=()):
-    env = dict(os.environ, PYTHONPATH=str(checkout), TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, str(HERE), "--worker", "--only", only, *real]
-    process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    arguments = [str(HERE), "--worker", "--only", only, *real]
+    process = checkouts.start(checkout, arguments, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     json.loads(process.stdout.readline())  # warmed up
     return process
 
@@ -124,15 +124,13 @@ def main():
         parser.error("--other is required")
     real = ()
     if args.model:
-        sys.path.insert(0, str(HERE.parent))
-        from compare_checkouts import test_sources
+        from compare_checkouts import test_sources  # beside this script, on the path as its folder
 
         sentences_file = Path(tempfile.mkdtemp()) / "sentences.json"
         sentences_file.write_text(json.dumps(test_sources(args.data or "builtin", BATCH)))
-        real = ("--model", args.model, "--sentences-file", str(sentences_file))
-    checkouts = {"this": HERE.parent.parent, "other": args.other.resolve()}
+        real = ("--model", str(Path(args.model).resolve()), "--sentences-file", str(sentences_file))
     workers = {}
-    for who, checkout in checkouts.items():  # one at a time: warming up compiles on both cores
+    for who, checkout in {"this": checkouts.THIS, "other": args.other}.items():  # one at a time: compiling
         print(f"warming up {who} ({checkout}) ...", file=sys.stderr, flush=True)
         workers[who] = start(checkout, args.only, real)
     rounds = {who: [] for who in workers}

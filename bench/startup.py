@@ -8,14 +8,14 @@ checkout with --other (for example `git worktree add /tmp/before HEAD~1`).
 """
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
+import checkouts  # bench/checkouts.py, beside this script
+
+HERE = checkouts.THIS
 COMMANDS = {
     "kformer --help": ["-m", "kformer", "--help"],
     "import kformer": ["-c", "import kformer"],
@@ -27,9 +27,8 @@ COMMANDS = {
 
 
 def seconds(checkout, arguments):
-    env = dict(os.environ, PYTHONPATH=str(checkout), TF_CPP_MIN_LOG_LEVEL="3")
-    started = time.perf_counter()  # in the checkout: python puts the working directory first on sys.path
-    result = subprocess.run([sys.executable, *arguments], cwd=checkout, env=env, capture_output=True, text=True)
+    started = time.perf_counter()
+    result = checkouts.run(checkout, arguments, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     return elapsed if result.returncode == 0 else float("nan")  # nan: that checkout cannot do it
 
@@ -39,16 +38,16 @@ def main():
     parser.add_argument("--other", type=Path, required=True, help="another kformer checkout to compare with")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    checkouts = {"this": HERE, "other": args.other.resolve()}
-    times = {(who, name): [] for who in checkouts for name in COMMANDS}
+    contenders = {"this": checkouts.THIS, "other": args.other.resolve()}
+    times = {(who, name): [] for who in contenders for name in COMMANDS}
     for round_ in range(args.rounds):
         for name, arguments in COMMANDS.items():
-            for who, checkout in checkouts.items():
+            for who, checkout in contenders.items():
                 times[who, name].append(seconds(checkout, arguments))
         print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     print(f"| command | this checkout (s) | {args.other} (s) |\n| --- | --- | --- |")
     for name in COMMANDS:
-        this, other = (statistics.median(times[who, name]) for who in checkouts)
+        this, other = (statistics.median(times[who, name]) for who in contenders)
         print(f"| `{name}` | {this:.2f} | {other:.2f} |")
 
 

@@ -9,7 +9,8 @@ worktree of an older commit), and reports:
 - peak memory: the process's peak resident set (getrusage, so one command per run);
 - steps/s: training steps a second over the second half of the steps (the first half
   includes an XLA compilation for each length bucket), measured by a callback this script
-  adds to model.fit (the only thing it changes);
+  adds to model.fit (wrapping `keras.Model.fit` in the process it drives: the command stays the CLI's,
+  unchanged, in checkouts old and new; with `--stream-above` it also sets `STREAM_ABOVE_BYTES` there);
 - median and longest step: over the same steps (a step that compiles a new shape is the longest);
 - cpu s/step: the process's CPU seconds (user and system) a step over the same steps
   (where they go: `perf record -F 49 -g -p PID` during training; bench/RESULTS.md);
@@ -27,15 +28,13 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 
+import checkouts  # bench/checkouts.py, beside this script
+
 DRIVER = r"""
 import json, resource, sys, time
-# An editable install's finder would import this machine's kformer whatever PYTHONPATH says.
-sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
 import keras
 import kformer
 
@@ -88,12 +87,10 @@ def run(data, checkout, minutes, extra, stream_above="default"):
     with tempfile.TemporaryDirectory() as tmp:
         marks_path = os.path.join(tmp, "marks.json")
         data = os.path.abspath(data)
-        command = [sys.executable, "-c", DRIVER, marks_path, str(stream_above)]
-        command += ["train", "--data", data, "--out", f"{tmp}/model", "--minutes", str(minutes), *extra]
-        env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
+        arguments = ["-c", DRIVER, marks_path, str(stream_above)]
+        arguments += ["train", "--data", data, "--out", f"{tmp}/model", "--minutes", str(minutes), *extra]
         launched = time.time()
-        # In the checkout, so that `python -c` finds its kformer first (sys.path[0] is the working directory).
-        result = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True)
+        result = checkouts.run(checkout, arguments, capture_output=True, text=True)
         ended = time.time()
         peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
         marks = json.load(open(marks_path)) if os.path.exists(marks_path) else {}
