@@ -53,6 +53,27 @@ def test_chapter_ends_with_exercises_whose_solutions_are_asserted(path):
         assert notebook.cells[start + i + 1].metadata.get("jupyter", {}).get("source_hidden"), (name, source)
 
 
+CODE_EXERCISES = {  # chapter: the function its exercise asks the learner to write
+    "02_build_the_block": "pre_ln_encoder_layer",
+    "03_training_vs_inference": "my_ranking_scores",
+    "06_decoder_only": "my_top_p",
+}
+
+
+@pytest.mark.parametrize("name, function", CODE_EXERCISES.items())
+def test_an_exercise_asks_for_code_and_its_folded_solution_checks_the_learners_without_replacing_it(name, function):
+    """The learner's cell defines the function as a stub (None until written); the solution's hidden cell checks
+    the learner's once written and never defines a function of that name, so "Run all" keeps the learner's."""
+    cells = nbformat.read(NOTEBOOKS[0].parent / f"{name}.ipynb", as_version=4).cells
+    start = next(i for i, cell in enumerate(cells) if "## Exercises" in cell.source)
+    stub = next(i for i, cell in enumerate(cells) if f"def {function}(" in cell.source)
+    assert stub > start and "Your code here" in cells[stub].source and "return None" in cells[stub].source
+    assert not cells[stub].metadata.get("jupyter", {}).get("source_hidden")
+    solution = next(i for i in range(stub + 1, len(cells)) if cells[i].metadata.get("jupyter", {}).get("source_hidden"))
+    assert f"if {function}(" in cells[solution].source and "is not None" in cells[solution].source
+    assert f"def {function}(" not in cells[solution].source
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_notebook_is_a_chapter_committed_with_its_outputs(path):
     notebook = nbformat.read(path, as_version=4)
