@@ -149,6 +149,28 @@ def _text(pairs, buffer, repeat, seed):
     return _ordered(text.unbatch(), buffer, repeat, seed)
 
 
+def _tokenized_stream(stream, source_tokenizer, target_tokenizer, buffer, repeat, seed):
+    """A stream's (source ids, target ids), tokenized as read, 1024 pairs at a time in parallel."""
+    text = _text(stream, buffer, repeat, seed).batch(1024)
+    tokenize = lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t))  # noqa: E731
+    return text.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+
+
+def _tokenized_list(examples, source_tokenizer, target_tokenizer, max_length):
+    """A list's (source ids, target ids), or a language model's lines' (target ids,), tokenized at once; a
+    `DataError` when there are none, or none fits `max_length`."""
+    what = "lines" if source_tokenizer is None else "sentence pairs"
+    if not examples:
+        raise DataError(f"no {what} to make a dataset from.")
+    ids = _token_ids(examples, source_tokenizer, target_tokenizer)
+    if not np.any(fits(*_lengths(ids), max_length)):
+        raise DataError(
+            f"none of the {len(examples):,} {what} fits max_length={max_length} tokens a side; "
+            "raise max_length (--max-length)."
+        )
+    return tf.data.Dataset.from_tensor_slices(ids)
+
+
 def make_dataset(
     pairs,
     source_tokenizer,
@@ -194,23 +216,11 @@ def make_dataset(
     """
     streamed = isinstance(pairs, TrainingStream)  # a Mixture too
     if streamed:
-        text = _text(pairs, shuffle_buffer if shuffle else None, repeat, seed)
-        dataset = text.batch(1024).map(
-            lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
-            num_parallel_calls=tf.data.AUTOTUNE,
+        dataset = _tokenized_stream(
+            pairs, source_tokenizer, target_tokenizer, shuffle_buffer if shuffle else None, repeat, seed
         )
-        dataset = dataset.unbatch()
     else:
-        what = "lines" if source_tokenizer is None else "sentence pairs"
-        if not pairs:
-            raise DataError(f"no {what} to make a dataset from.")
-        ids = _token_ids(pairs, source_tokenizer, target_tokenizer)
-        if not np.any(fits(*_lengths(ids), max_length)):
-            raise DataError(
-                f"none of the {len(pairs):,} {what} fits max_length={max_length} tokens a side; "
-                "raise max_length (--max-length)."
-            )
-        dataset = tf.data.Dataset.from_tensor_slices(ids)
+        dataset = _tokenized_list(pairs, source_tokenizer, target_tokenizer, max_length)
     dataset = dataset.filter(
         lambda *ids: fits(tf.shape(ids[0])[0] if len(ids) == 2 else 0, tf.shape(ids[-1])[0], max_length)
     )
