@@ -7,7 +7,14 @@ import pytest
 import tensorflow as tf
 
 from kformer.data.pairs import DataError, read_pairs, split_pairs
-from kformer.data.pipeline import batches_per_epoch, make_dataset, pair_lengths, teacher_forcing
+from kformer.data.pipeline import (
+    batches_per_epoch,
+    bucket_batch_sizes,
+    bucket_boundaries,
+    make_dataset,
+    pair_lengths,
+    teacher_forcing,
+)
 from kformer.data.text import END_ID, START_ID, Tokenizer
 
 
@@ -285,3 +292,51 @@ def test_training_batches_are_shuffled_afresh_each_epoch_by_the_seed():
     assert epoch_orders(pairs, tokenizer, seed=3) == [first, second]
     assert epoch_orders(pairs, tokenizer, seed=4)[0] != first
     assert epoch_orders(pairs, tokenizer, shuffle=False) == [in_order, in_order]
+
+
+@pytest.mark.parametrize("width", [1, 4, 8])
+def test_bucket_edges_cover_every_length_up_to_the_limit_with_the_fewest_buckets(width):
+    """An example of length n goes to the first edge above n: the edges step by `width` from width + 1, the last
+    lies past `max_length` (so every example fits one), and no edge beyond it is needed."""
+    for max_length in range(1, 50):
+        edges = bucket_boundaries(max_length, width)
+        assert edges == list(range(width + 1, edges[-1] + 1, width))
+        assert edges[-1] > max_length >= edges[-1] - width
+
+
+def test_a_batch_holds_at_least_one_sentence_and_64_unless_told():
+    """Token batches: as many sentences as fit the count at each bucket's width, but one when even one does
+    not fit; without a token count, 64 sentences a bucket (the paper's recipe scaled to a small machine)."""
+    assert bucket_batch_sizes([9, 17]) == [64, 64, 64]
+    assert bucket_batch_sizes([9, 17], batch_size=5) == [5, 5, 5]
+    assert bucket_batch_sizes([9, 17], batch_tokens=10) == [1, 1, 1]  # 10 // 8 = 1, 10 // 16 = 0 -> 1
+    assert bucket_batch_sizes([9, 17], batch_tokens=40) == [5, 2, 2]
+
+
+def test_make_datasets_defaults_are_64_a_batch_a_40_token_limit_seed_0_and_one_pass():
+    """The defaults the Python API documents: 64 sentences a batch, pairs of up to 40 tokens a side (41 left out),
+    shuffled by seed 0, one pass (a counted epoch, not repeated)."""
+    words = [f"w{i}" for i in range(130)]
+    tokenizer = Tokenizer(["[PAD]", "[UNK]", "[START]", "[END]", *words])
+    pairs = [(word, word) for word in words]
+    pairs += [(" ".join(words[:40]), "w0"), (" ".join(words[:41]), "w1")]  # 40 source tokens kept, 41 left out
+    dataset = make_dataset(pairs, tokenizer, tokenizer)
+    assert dataset.cardinality() == 4  # 130 one-token pairs as 64 + 64 + 2, and the 40-token pair alone
+    sizes = sorted(len(labels) for _, labels in dataset)
+    assert sizes == [1, 2, 64, 64]
+
+    def first_epoch(**seed):  # each pass over a dataset is shuffled afresh: compare first passes
+        return [inputs[0][:, 0].numpy().tolist() for inputs, _ in make_dataset(pairs, tokenizer, tokenizer, **seed)]
+
+    assert first_epoch() == first_epoch(seed=0) != first_epoch(seed=1)
+
+
+def test_nothing_to_make_a_dataset_from_is_one_whole_sentence():
+    tokenizer = Tokenizer(["[PAD]", "[UNK]", "[START]", "[END]", "a"])
+    with pytest.raises(DataError, match=r"^no sentence pairs to make a dataset from\.$"):
+        make_dataset([], tokenizer, tokenizer)
+    with pytest.raises(DataError, match=r"^no lines to make a dataset from\.$"):
+        make_dataset([], None, tokenizer)
+    message = r"^none of the 1 sentence pairs fits max_length=1 tokens a side; raise max_length \(--max-length\)\.$"
+    with pytest.raises(DataError, match=message):
+        make_dataset([("a a", "a")], tokenizer, tokenizer, max_length=1)
