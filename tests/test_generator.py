@@ -330,3 +330,13 @@ def test_the_sampler_alone_keeps_per_row_what_its_settings_say():
     assert drawn(sampler(temperature=1.0, top_p=0.75)) == [{0, 1}, {0, 1, 2}]
     first = [to_numpy(sampler(temperature=1.0)(logits, t)).tolist() for t in range(20)]
     assert first == [to_numpy(sampler(temperature=1.0, seed=0)(logits, t)).tolist() for t in range(20)]
+
+
+@pytest.mark.parametrize(
+    "lines, valid_lines, name",
+    [("one long string", (), "lines"), (["a line", 3], (), "lines"), (["a line"], "held out", "valid_lines")],
+)
+def test_text_that_is_not_a_list_of_strings_is_one_clear_error_before_any_training(tmp_path, lines, valid_lines, name):
+    with pytest.raises(kformer.DataError, match=rf"^{name} must be a list of strings, one line of text each\.$"):
+        train_language_model(lines, tmp_path / "lm", verbose=0, valid_lines=valid_lines)
+    assert not (tmp_path / "lm" / "model.keras").exists()
