@@ -25,7 +25,7 @@ THIS = Path(__file__).resolve().parent.parent  # this checkout
 
 
 def _environment(checkout):
-    return dict(os.environ, PYTHONPATH=str(Path(checkout).resolve()), TF_CPP_MIN_LOG_LEVEL="3")
+    return dict(os.environ, PYTHONPATH=str(checkout), TF_CPP_MIN_LOG_LEVEL="3")
 
 
 def run(checkout, arguments, **options):

@@ -31,9 +31,8 @@ import kformer
 from kformer.deploy.export import export
 from kformer.training.evaluation import score
 
-WordPiece, output_limit, pad_batch = (
-    getattr(checkouts.wordpiece(), name) for name in ("WordPiece", "output_limit", "pad_batch")
-)
+wordpiece = checkouts.wordpiece()
+WordPiece, output_limit, pad_batch = wordpiece.WordPiece, wordpiece.output_limit, wordpiece.pad_batch
 
 
 def test_split(data):
