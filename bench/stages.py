@@ -1,19 +1,23 @@
 """Chapter 4's eight stages on several seeds, and stage 7's three changes one at a time.
 
-The chapter trains each stage once (seed 0) to stay inside its 3 minutes; this trains every
-stage, stage 0 (a GRU encoder-decoder of stage 7's size, the RNN attention replaced), and
-stage 6 plus each of stage 7's parts alone (residual, norm, feed-forward), residual with
-feed-forward, and all three, with the chapter's recipe (`kformer.teaching.mvp.train_stage`)
-on `--seeds` seeds, scores each with `mvp.stage_scores` on the chapter's role-swap twins,
-test sentences and subject-verb agreement sentences, and writes the table that chapter 4's
-error bars read. Seed 0 is the chapter's own run. About 18 minutes for 3 seeds on 2 cores.
+Chapter 4 trains each stage once (seed 0) to stay inside its 3 minutes; this trains every stage,
+stage 0 (a GRU encoder-decoder of stage 7's size, the RNN attention replaced), the same GRUs
+with attention ("0 + attention", also stage 7's size), and stage 6 plus each of stage 7's parts
+alone (residual, norm, feed-forward), residual with feed-forward, and all three, with the
+chapter's recipe (`kformer.teaching.mvp.train_stage`) on `--seeds` seeds, scores each with
+`mvp.stage_scores` on the chapter's role-swap twins, test sentences and subject-verb agreement
+sentences, and writes the table that chapter 4b's error bars read. Seed 0 is chapter 4's own
+run. About 20 minutes for 3 seeds on 2 cores.
 
-`--corpus harder` trains only stage 0 (the GRU) and stage 7 on the harder corpus, whose past
-tense hides the verb's number in English, and scores the verbs on past-tense agreement
-sentences ("the cats that the girl saw slept" -> "durmieron"): seed 000's memory across a
-clause, which the default corpus's present tense cannot test. About 3 minutes for 3 seeds.
+`--corpus harder` trains only stage 0 (the GRUs, with and without attention) and stage 7 on the
+harder corpus, whose past tense hides the verb's number in English, and scores the verbs on
+past-tense agreement sentences ("the cats that the girl saw slept" -> "durmieron"): seed 000's
+memory across a clause, which the default corpus's present tense cannot test. About 5 minutes
+for 3 seeds.
 
-    python bench/stages.py [--seeds 3] [--corpus default|harder] [--out FILE]
+`--only LABEL ...` trains those models alone and replaces their rows in the file, keeping the rest.
+
+    python bench/stages.py [--seeds 3] [--corpus default|harder] [--only "0 + attention"] [--out FILE]
 """
 
 import argparse
@@ -28,17 +32,25 @@ from kformer.teaching import mvp
 
 PARTS = [("residual",), ("norm",), ("feed_forward",), ("residual", "feed_forward"), mvp.STAGE_7_PARTS]
 GRU_UNITS = 104  # stage 0 at stage 7's size: 155,305 parameters against 156,961 on the built-in vocabularies
+ATTENTION_UNITS = 82  # with attention, 157,517 parameters
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data"
 OUT = {"default": DATA / "stage_seeds.json", "harder": DATA / "stage_seeds_harder.json"}
 
 
 def models_to_train(corpus):
-    """(label, stage, parts): stage 0 (the GRU), the eight stages, then stage 6 plus each part of stage 7; on the
-    harder corpus stages 0 and 7 only."""
+    """(label, stage, parts): stage 0 (the GRU) without and with attention, the eight stages, then stage 6 plus
+    each part of stage 7; on the harder corpus the two GRUs and stage 7 only."""
     if corpus == "harder":
-        return [("0", 0, None), ("7", 7, None)]
+        return [("0", 0, None), ("0 + attention", 0, None), ("7", 7, None)]
     stages = [(str(stage), stage, None) for stage in (0, *mvp.STAGES)]
-    return stages + [("6 + " + " + ".join(parts), 7, parts) for parts in PARTS]
+    return stages[:1] + [("0 + attention", 0, None)] + stages[1:] + [("6 + " + " + ".join(p), 7, p) for p in PARTS]
+
+
+def sizes(label):
+    """build_mvp's widths for a model of `models_to_train`: the GRUs at stage 7's size."""
+    if label == "0":
+        return {"units": GRU_UNITS}
+    return {"units": ATTENTION_UNITS, "attention": True} if label == "0 + attention" else {}
 
 
 def main():
@@ -46,8 +58,14 @@ def main():
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--corpus", choices=sorted(OUT), default="default")
     parser.add_argument("--out", type=Path, help="default: notebooks/data/stage_seeds[_harder].json")
+    parser.add_argument("--only", nargs="+", metavar="LABEL", help="train these models; keep the file's other rows")
     args = parser.parse_args()
     out = args.out or OUT[args.corpus]
+    labels = [label for label, *_ in models_to_train(args.corpus)]
+    if args.only and not set(args.only) <= set(labels):
+        parser.error(f"--only takes model labels of the {args.corpus} corpus: {', '.join(map(repr, labels))}.")
+    if args.only and not out.is_file():
+        parser.error(f"--only keeps the other rows of {out}, which does not exist: run without --only first.")
     harder = args.corpus == "harder"
     splits = builtin_splits(harder=harder)
     source_tokenizer = Tokenizer(build_vocabulary([s for s, _ in splits["train"]], 1000))
@@ -57,12 +75,12 @@ def main():
     test_pairs = splits["test"][:300]
     agreement = agreement_pairs(200, exclude=train_english, past=harder)
     rows, started = [], time.perf_counter()
-    todo = [(seed, *model) for seed in range(args.seeds) for model in models_to_train(args.corpus)]
+    models = [model for model in models_to_train(args.corpus) if not args.only or model[0] in args.only]
+    todo = [(seed, *model) for seed in range(args.seeds) for model in models]
     for done, (seed, label, stage, parts) in enumerate(todo, 1):
         began = time.perf_counter()
-        sizes = {"units": GRU_UNITS} if stage == 0 else {}
         model, history = mvp.train_stage(
-            stage, splits["train"], source_tokenizer, target_tokenizer, seed, parts, **sizes
+            stage, splits["train"], source_tokenizer, target_tokenizer, seed, parts, **sizes(label)
         )
         trained = time.perf_counter() - began
         scores, _ = mvp.stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, agreement)
@@ -74,12 +92,18 @@ def main():
             + ", ".join(f"{name} {value:.3f}" for name, value in scores.items()),
             flush=True,
         )
+    command = f"python bench/stages.py --seeds {args.seeds} --corpus {args.corpus}"
+    if args.only:  # the file's other rows, in the order models_to_train gives
+        before = json.loads(out.read_text())
+        kept = [row for row in before["rows"] if row["model"] not in args.only]
+        rows = sorted(kept + rows, key=lambda row: (row["seed"], labels.index(row["model"])))
+        command = before["command"] + "; then " + command + " --only " + " ".join(map(repr, args.only))
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".partial")
     partial.write_text(
         json.dumps(
             {
-                "command": f"python bench/stages.py --seeds {args.seeds} --corpus {args.corpus}",
+                "command": command,
                 "seeds": args.seeds,
                 "rows": rows,
             },

@@ -149,6 +149,33 @@ def test_stage_0_decoder_reads_the_source_only_through_the_encoders_last_state()
     ]
 
 
+def test_stage_0_with_attention_reads_every_encoder_state_as_luongs_global_attention():
+    """NumPy reference: c_t = softmax_s(q_t . k_s / sqrt(u)) v_s through one head's projections, padding never read,
+    then logits = W (tanh(W_c [c_t; h_t] + b_c)) + b."""
+    rng = np.random.default_rng(5)
+    model = mvp.build_mvp(0, SOURCE_VOCAB, TARGET_VOCAB, d_model=16, units=8, attention=True)
+    source, target = random_tokens(2, 5, SOURCE_VOCAB, rng), random_tokens(2, 4, TARGET_VOCAB, rng)
+    source[0, 3:] = 0  # the first sentence has 3 tokens
+    states, summary = (to_numpy(t) for t in model.get_layer("encoder_gru")(model.get_layer("source_embedding")(source)))
+    decoder = keras.Model(model.inputs[1], model.get_layer("target_embedding").output)
+    h = to_numpy(model.get_layer("decoder_gru")(decoder(target), initial_state=summary))  # (B, T, u)
+    attention = model.get_layer("attention")
+    q, k, v = (
+        np.einsum("btu,uhk->bhtk", x, to_numpy(w))
+        for x, w in [(h, attention.query_kernel), (states, attention.key_kernel), (states, attention.value_kernel)]
+    )
+    scores = np.where(source[:, None, None, :] > 0, q @ k.transpose(0, 1, 3, 2) / np.sqrt(8), -np.inf)  # (B, 1, T, S)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    c = np.einsum("bhtk,hku->btu", weights @ v, to_numpy(attention.output_kernel))  # (B, T, u)
+    kernel, bias = (to_numpy(w) for w in model.get_layer("attentional").weights)
+    out_kernel, out_bias = (to_numpy(w) for w in model.get_layer("logits").weights)
+    expected = np.tanh(np.concatenate([c, h], -1) @ kernel + bias) @ out_kernel + out_bias
+    np.testing.assert_allclose(call(model, source, target), expected, atol=1e-5)
+    with pytest.raises(ValueError, match="attention is for stage 0"):
+        mvp.build_mvp(5, SOURCE_VOCAB, TARGET_VOCAB, attention=True)
+
+
 def test_unknown_stage_is_refused():
     with pytest.raises(ValueError, match="stage must be one of 0-8"):
         mvp.build_mvp(9, SOURCE_VOCAB, TARGET_VOCAB)

@@ -18,9 +18,10 @@ model returns logits; the softmax of the seed's `p(y) = softmax(W c + b)` sits
 in the loss and in `first_tokens`. Stages 3-6 use bias-free projections, as
 the seed's equations do.
 
-Two more models for the course's questions: stage 0 (`build_mvp(0)`), the GRU
-encoder-decoder that attention replaced, and stage 7's three changes one at a
-time (`build_mvp(7, parts=...)`). `train_stage` and `stage_scores` are the
+More models for the course's questions: stage 0 (`build_mvp(0)`), the GRU
+encoder-decoder that attention replaced, the same with attention
+(`build_mvp(0, attention=True)`), and stage 7's three changes one at a time
+(`build_mvp(7, parts=...)`). `train_stage` and `stage_scores` are the
 course's recipe and scores, shared with `bench/stages.py`.
 
 Everything else is built from kformer's own layers; only `DotProductSelfAttention`
@@ -97,21 +98,33 @@ def _first_word_model(stage, source_vocab_size, target_vocab_size, d_model):
     return keras.Model(encoder_tokens, logits, name=f"mvp_stage_{stage}")
 
 
-def _rnn_seq2seq(source_vocab_size, target_vocab_size, d_model, units):
+def _rnn_seq2seq(source_vocab_size, target_vocab_size, d_model, units, attention=False):
     """Stage 0: a GRU reads the source into one vector, which starts a GRU that writes the target.
 
     The encoder-decoder of Cho et al. (2014) and Sutskever et al. (2014), which
     attention replaced: the decoder sees the source only through the
     encoder's last state, `(B, units)`, whatever the sentence's length.
+
+    With `attention`, each decoder state h_t also reads every encoder state
+    (Luong et al., 2015, global dot attention): c_t = sum_s alpha_ts h_s,
+    alpha_t = softmax_s(h_t . h_s), and the logits come from
+    tanh(W_c [c_t; h_t]). One head of kformer's `CrossAttention` with no
+    projections' biases computes c_t.
     """
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
     source = keras.layers.Embedding(source_vocab_size, d_model, mask_zero=True, name="source_embedding")(encoder_tokens)
-    _, summary = keras.layers.GRU(units, return_state=True, name="encoder_gru")(source)  # (B, units)
+    states, summary = keras.layers.GRU(units, return_sequences=True, return_state=True, name="encoder_gru")(source)
     x = keras.layers.Embedding(target_vocab_size, d_model, mask_zero=True, name="target_embedding")(decoder_tokens)
     x = keras.layers.GRU(units, return_sequences=True, name="decoder_gru")(x, initial_state=summary)  # (B, T, units)
+    if attention:  # states: (B, S, units), one per source token
+        reads = CrossAttention(1, units, use_bias=False, name="attention")(
+            x, states, context_padding_mask=make_padding_mask(encoder_tokens)
+        )  # (B, T, units)
+        x = keras.layers.Dense(units, activation="tanh", name="attentional")(keras.layers.Concatenate()([reads, x]))
     logits = keras.layers.Dense(target_vocab_size, name="logits")(x)  # (B, T, V)
-    return keras.Model([encoder_tokens, decoder_tokens], logits, name="mvp_stage_0_gru")
+    name = "mvp_stage_0_gru_attention" if attention else "mvp_stage_0_gru"
+    return keras.Model([encoder_tokens, decoder_tokens], logits, name=name)
 
 
 def _single_layer_seq2seq(stage, source_vocab_size, target_vocab_size, d_model, num_heads, parts=(), d_ff=None):
@@ -170,6 +183,7 @@ def build_mvp(
     dropout=0.0,
     parts=None,
     units=None,
+    attention=False,
 ):
     """The model of one stage of seed 003's build-up (see the module docstring).
 
@@ -183,6 +197,8 @@ def build_mvp(
         d_ff: the feed-forward width of stages 7-8; defaults to 4 * d_model.
         dropout: the dropout rate of stages 7-8.
         units: stage 0 only: the GRUs' width; defaults to d_model.
+        attention: stage 0 only: the decoder also attends over every encoder
+            state (Luong's global attention), not only its last.
         parts: stage 7 only: its changes one at a time, any of STAGE_7_PARTS
             ("residual", "norm", "feed_forward") added by hand to stage 6, so
             that each can be tried alone. None builds stage 7 itself,
@@ -195,7 +211,9 @@ def build_mvp(
         decoder_tokens (B, T)] -> logits (B, T, V)`.
     """
     if stage == 0:
-        return _rnn_seq2seq(source_vocab_size, target_vocab_size, d_model, units or d_model)
+        return _rnn_seq2seq(source_vocab_size, target_vocab_size, d_model, units or d_model, attention)
+    if attention:
+        raise ValueError(f"attention is for stage 0, the GRU; stages 1-8 have their own. Got stage={stage!r}.")
     if stage not in STAGES:
         raise ValueError(f"stage must be one of 0-8, got stage={stage!r}.")
     if parts is not None:
@@ -321,7 +339,7 @@ def train_stage(
 
     Every stage gets the same budget (`epochs` passes over `train_pairs` at
     `batch_size`), Adam at `learning_rate`, and the width of `build_mvp`'s
-    defaults unless `sizes` (d_model, num_heads, ...) say otherwise. `seed`
+    defaults unless `sizes` (d_model, num_heads, units, attention, ...) say otherwise. `seed`
     sets Keras' random seed to `stage + 10 * seed`, so seed 0 of stage 5 is
     seed 5, and a stage-7 part model starts where stage 7 does.
     """
