@@ -11,6 +11,7 @@ from conftest import count_decode_steps, run_fresh_python, to_numpy
 import kformer
 from kformer import Generator
 from kformer.cli import main
+from kformer.data.corpus import builtin_splits
 from kformer.data.text import END_ID, PAD_ID, START_ID, Tokenizer
 from kformer.inference.decoding import continue_prompts, sampler
 from kformer.model_dir import TrainedModel
@@ -255,8 +256,13 @@ def test_train_lm_on_the_builtin_corpus_from_the_command_line(tmp_path, capsys):
     tiny = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 300 --max-length 12 --batch-size 32"
     argv = f"train --task lm --data builtin --out {out} --epochs 1 --steps-per-epoch 5 --no-xla {tiny}"
     assert main(argv.split()) == 0
-    assert "Saved the language model" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "Saved the language model" in said
     assert kformer.load(out).kind == "language_model"
+    # Lines over 11 tokens (12 with [END]) are left out, counted by the model's own tokenizer and named as lines.
+    lengths = kformer.load(out).target_tokenizer.tokenize([s for _, s in builtin_splits()["train"]]).row_lengths()
+    longer = int(np.sum(lengths.numpy() > 11))
+    assert f"Sentences of up to 12 tokens: {longer:,} of 20,000 training lines (" in said and longer > 0
     assert main(["generate", "--model", str(out), "--max-tokens", "3", "el gato"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
 
