@@ -71,19 +71,34 @@ def test_a_trained_model_continues_its_text_exactly(alphabet_lm):
     assert Generator(trained).generate(PROMPTS) == ["f g h i j", "b c d e f g h", "s t", "j k l m n o"]
 
 
-def test_perplexity_is_exp_of_the_mean_token_log_likelihood_from_numpy(random_lm):
-    # Each line alone, unpadded, through NumPy's log-softmax: [START] + tokens predicts tokens + [END].
-    lines = ["c d e", "a b c d e f g", "z"]
+def numpy_perplexity(model, tokenizer, lines):
+    """Each line alone, unpadded, through NumPy's log-softmax: [START] + tokens predicts tokens + [END]."""
     negative_log_likelihood, count = 0.0, 0
-    for ids in random_lm.target_tokenizer.tokenize(lines).to_list():
-        logits = to_numpy(random_lm.model(np.array([[START_ID] + ids]), training=False))[0].astype("float64")
+    for ids in tokenizer.tokenize(lines).to_list():
+        logits = to_numpy(model(np.array([[START_ID] + ids]), training=False))[0].astype("float64")
         log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
         negative_log_likelihood -= log_probs[np.arange(len(ids) + 1), ids + [END_ID]].sum()
         count += len(ids) + 1
-    expected = np.exp(negative_log_likelihood / count)
-    assert perplexity(random_lm.model, random_lm.target_tokenizer, lines, max_length=16, batch_size=2) == (
+    return np.exp(negative_log_likelihood / count)
+
+
+def test_perplexity_is_exp_of_the_mean_token_log_likelihood_from_numpy(random_lm):
+    lines = ["c d e", "a b c d e f g", "z"]
+    expected = numpy_perplexity(random_lm.model, random_lm.target_tokenizer, lines)
+    # A line of 20 tokens (21 with [END]) is over max_length=16: left out, as in training.
+    with_long = [*lines, " ".join(LETTERS[:20])]
+    assert perplexity(random_lm.model, random_lm.target_tokenizer, with_long, max_length=16, batch_size=2) == (
         pytest.approx(expected, rel=1e-5)
     )
+
+
+def test_perplexity_is_measured_with_dropout_off():
+    keras.utils.set_random_seed(2)
+    vocabulary = ["[PAD]", "[UNK]", "[START]", "[END]"] + LETTERS
+    model = kformer.build_decoder_only(len(vocabulary), d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.5)
+    lines, tokenizer = ["c d e", "a b c d e f g", "z"], Tokenizer(vocabulary)
+    expected = numpy_perplexity(model, tokenizer, lines)
+    assert perplexity(model, tokenizer, lines, max_length=16) == pytest.approx(expected, rel=1e-5)
 
 
 def test_training_reports_the_perplexity_of_its_held_out_lines(alphabet_lm):
