@@ -199,6 +199,15 @@ def test_batches_are_padded_with_zeros_to_their_bucket_edge():
     np.testing.assert_array_equal(labels.numpy()[order], [[5, END_ID, 0, 0], [6, 5, END_ID, 0]])
 
 
+def test_batches_per_epoch_counts_with_make_datasets_own_defaults():
+    """Both default to 64 sentences a batch and 40 tokens a side: 65 short pairs make two batches, and a pair of
+    40 words a side (41 target tokens with [END]) is left out."""
+    words = "a b c d e f g h".split()
+    tokenizer = Tokenizer(["[PAD]", "[UNK]", "[START]", "[END]", *words])
+    pairs = [("a b c", "d e f")] * 65 + [(" ".join(["a"] * 40), " ".join(["b"] * 40))]
+    assert batches_per_epoch(pairs, tokenizer, tokenizer) == len(list(make_dataset(pairs, tokenizer, tokenizer))) == 2
+
+
 @pytest.mark.parametrize("batch_tokens", [None, 100, 333])
 def test_token_batches_fill_a_token_count_in_every_bucket(batch_tokens):
     """--batch-tokens: a batch is as many sentences as fit the count at its bucket's padded width, every pair once."""
