@@ -16,6 +16,7 @@ def test_the_chapters_are_there_in_reading_order():
         "02_build_the_block",
         "03_training_vs_inference",
         "04_eight_stages",
+        "04b_the_evidence",
         "05_train_and_translate",
         "06_decoder_only",
         "07_deploy",
