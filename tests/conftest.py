@@ -168,15 +168,20 @@ def _copy_task_weights():
             return [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
 
+# What `_train_copy_task` runs of kformer: the model and its layers, the loss, metric and schedule.
+_COPY_TASK_CODE = ("kformer.layers.", "kformer.model.", "kformer.training.objectives.")
+
+
 def _training_runs_unmutated():
-    """True under mutmut in its clean run, or with a mutant that training never runs (the decoding loops).
+    """True under mutmut in its clean run, or with a mutant of code the copy task's training never runs
+    (the decoding loops, the data, evaluation, the CLI, ...).
 
     Then every mutant's worker loads the copy task's weights from mutmut's copy of the repository
-    instead of training them again; a mutant of the layers or the loss still trains its own. Not
-    in mutmut's stats run, which must see training call the loss and the layers.
+    instead of training them again; a mutant of the layers, the model or the loss still trains its own.
+    Not in mutmut's stats run, which must see training call the loss and the layers.
     """
     mutant = os.environ.get("MUTANT_UNDER_TEST")
-    return REPO.name == "mutants" and mutant is not None and (mutant == "" or mutant.startswith("kformer.inference."))
+    return REPO.name == "mutants" and mutant not in (None, "stats") and not mutant.startswith(_COPY_TASK_CODE)
 
 
 def _train_copy_task():
