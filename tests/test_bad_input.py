@@ -95,7 +95,7 @@ def test_a_batch_size_that_is_not_a_count_is_refused(translator, batch_size):
 @pytest.mark.parametrize(
     "pairs, message",
     [
-        ([], "pairs is empty: give at least one"),
+        ([], r"^pairs is empty: give at least one \(source, reference\) pair to evaluate on\.$"),
         ([("a b", "b a"), ("a",)], r"pairs: item 1 is not a \(source, target\) pair of strings: \('a',\)"),
         ([(1, 2)], "item 0 is not a"),
         ("a b\tb a", "pairs must be a list of .* not a str"),

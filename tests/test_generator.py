@@ -1,5 +1,6 @@
 """The decoder-only model end to end: train, load, generate (greedy and sampled), from Python and the CLI."""
 
+import math
 import string
 
 import keras
@@ -90,6 +91,13 @@ def test_perplexity_is_exp_of_the_mean_token_log_likelihood_from_numpy(random_lm
     assert perplexity(random_lm.model, random_lm.target_tokenizer, with_long, max_length=16, batch_size=2) == (
         pytest.approx(expected, rel=1e-5)
     )
+
+
+def test_perplexity_of_a_model_sure_of_the_wrong_token_is_capped_at_e_to_the_50(random_lm):
+    """Not exp(200), which a float overflows not far above: a mean negative log-likelihood over 50 counts as 50."""
+    model = kformer.build_decoder_only(len(LETTERS) + 4, d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    model.get_layer("decoder").output_projection.bias.assign(np.eye(len(LETTERS) + 4, dtype="float32")[1] * 200)
+    assert perplexity(model, random_lm.target_tokenizer, ["c d e"], max_length=16) == math.exp(50)
 
 
 def test_perplexity_is_measured_with_dropout_off():

@@ -114,6 +114,25 @@ def test_kformer_evaluate_gives_sacrebleus_default_scores_and_lowercase_only_whe
         assert scores["exact_match"] == pytest.approx(100 * exact / 6, abs=0.006)  # s3; and s6 lowercased
 
 
+def test_evaluate_from_python_is_cased_unless_asked_and_translates_in_the_batches_asked(monkeypatch):
+    asked = []
+
+    class Recording(CannedTranslator):
+        def translate(self, sources, batch_size=64):
+            asked.append(batch_size)
+            return super().translate(sources, batch_size)
+
+    monkeypatch.setattr(evaluation, "Translator", Recording)
+    pairs = list(REFERENCES.items())
+    for lowercase, given in ((False, {}), (True, {"lowercase": True})):
+        scores = evaluate(None, pairs, batch_size=2, **given)
+        bleu, chrf = sacrebleu_scores(lowercase=lowercase)
+        assert scores["bleu"] == pytest.approx(bleu, abs=0.006) and scores["chrf"] == pytest.approx(chrf, abs=0.006)
+        (row,) = scores["by_length"]  # every source is one word: one row, the same scores
+        assert (row["bleu"], row["chrf"], row["n"]) == (scores["bleu"], scores["chrf"], 6)
+    assert asked == [2, 2]
+
+
 def test_each_epochs_validation_scores_are_sacrebleus_cased_scores(monkeypatch):
     """The val_bleu and val_chrf that keep-best and early stopping read: sacreBLEU's defaults, case kept."""
     monkeypatch.setattr(evaluation, "Translator", CannedTranslator)
