@@ -44,6 +44,16 @@ def test_scores_by_source_length_are_sacrebleus_on_each_group():
         assert row["length"] == round(sum(len(h.split()) for h in hyps) / sum(len(r.split()) for r in refs), 3)
 
 
+def test_scores_by_length_are_cased_unless_asked_and_need_a_reference_for_each_hypothesis():
+    hypotheses, references = ["The Cat sat on the mat ."], ["the cat sat on the mat ."]
+    (cased,) = by_length(["a b"], hypotheses, references)
+    (lowercased,) = by_length(["a b"], hypotheses, references, lowercase=True)
+    assert cased["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2) < 100.0
+    assert lowercased["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score, 2)
+    with pytest.raises(ValueError):
+        by_length(["a b", "c"], hypotheses, references)
+
+
 @pytest.mark.slow  # trains a tiny model: 10-20 s
 def test_pairs_over_the_limit_are_left_out_counted_and_the_limit_comes_from_the_data(tmp_path, capsys):
     # 300 pairs of 20-44 letters: what 99% fit (with [END]) is above 40, so the limit is set from the data.

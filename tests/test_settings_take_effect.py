@@ -6,6 +6,7 @@ apart on cased, punctuated text, the rule early stopping follows), not against w
 import csv
 import json
 import re
+import time
 
 import keras
 import numpy as np
@@ -120,6 +121,7 @@ def test_evaluate_from_python_is_cased_unless_asked_and_translates_in_the_batche
     class Recording(CannedTranslator):
         def translate(self, sources, batch_size=64):
             asked.append(batch_size)
+            time.sleep(0.25)  # the time the result reports: measured, in tenths of a second
             return super().translate(sources, batch_size)
 
     monkeypatch.setattr(evaluation, "Translator", Recording)
@@ -129,6 +131,7 @@ def test_evaluate_from_python_is_cased_unless_asked_and_translates_in_the_batche
         bleu, chrf = sacrebleu_scores(lowercase=lowercase)
         assert scores["bleu"] == pytest.approx(bleu, abs=0.006) and scores["chrf"] == pytest.approx(chrf, abs=0.006)
         (row,) = scores["by_length"]  # every source is one word: one row, the same scores
+        assert scores["seconds"] in (0.2, 0.3, 0.4, 0.5)
         assert (row["bleu"], row["chrf"], row["n"]) == (scores["bleu"], scores["chrf"], 6)
     assert asked == [2, 2]
 
