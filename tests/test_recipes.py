@@ -11,6 +11,7 @@ from conftest import VOCAB, copy_task_model, train_command
 from kformer import Translator
 from kformer.cli import main
 from kformer.data.corpus import builtin_splits
+from kformer.data.text import Tokenizer
 from kformer.model import Transformer
 from kformer.model_dir import RunDirectory, load
 from kformer.training.callbacks import Backup, CheckpointAverage
@@ -149,6 +150,30 @@ def test_an_average_is_kept_only_if_it_translates_better():
     keeper.on_train_end()
     for kept, expected in zip(model.get_weights(), good, strict=True):
         np.testing.assert_array_equal(kept, expected)
+
+
+@pytest.mark.parametrize("record", [0.0, 40.0])  # a record of chrF 0 (an untrained model's) is a record too
+def test_a_resumed_run_that_never_beats_its_record_ends_with_the_records_weights_and_its_own_step(tmp_path, record):
+    """What `resume` reads, `on_train_end` puts back: the best weights of before the restart, and the optimizer
+    state of the run as it stands (its step count), not the one saved with those weights."""
+    keras.utils.set_random_seed(0)
+    model = Transformer(len(VOCAB), len(VOCAB), d_model=8, num_heads=2, num_layers=1, d_ff=8)
+    compile_for_training(model, 8, jit_compile=False)
+    model.optimizer.build(model.trainable_variables)
+    path = tmp_path / "best.weights.h5"
+    best = model.get_weights()
+    model.save_weights(path)  # the record's weights, saved at step 0
+    (tmp_path / "best.json").write_text(json.dumps({"chrf": record}))
+    model.set_weights([w + 1.0 for w in best])  # where the resumed run is now
+    model.optimizer.iterations.assign(7)
+    keeper = BestTranslations(letter_pairs(4, seed=7), Tokenizer(VOCAB), Tokenizer(VOCAB), 12, path)
+    keeper.set_model(model)
+    keeper.resume()
+    assert keeper.best == record
+    keeper.on_train_end()  # no epoch ran: nothing beat the record
+    for kept, expected in zip(model.get_weights(), best, strict=True):
+        np.testing.assert_array_equal(kept, expected)
+    assert int(model.optimizer.iterations.numpy()) == 7
 
 
 @pytest.mark.slow
