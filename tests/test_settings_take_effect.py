@@ -149,6 +149,82 @@ def test_each_epochs_validation_scores_are_sacrebleus_cased_scores(monkeypatch):
     assert logs == {"val_bleu": pytest.approx(bleu, abs=0.006), "val_chrf": pytest.approx(chrf, abs=0.006)}
 
 
+def tiny_translator(ema=None):
+    keras.utils.set_random_seed(3)
+    model = build_transformer(len(VOCAB), len(VOCAB), d_model=8, num_heads=2, num_layers=1, d_ff=8, dropout=0.0)
+    compile_for_training(model, 8, warmup_steps=1, learning_rate_scale=50.0, ema=ema, jit_compile=False)
+    return model
+
+
+class Snapshot(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights = self.model.get_weights()
+
+
+def test_with_a_moving_average_each_epoch_translates_the_average_and_training_goes_on_from_its_own(monkeypatch):
+    seen = []
+
+    class Recording(CannedTranslator):
+        def __init__(self, trained, **kwargs):
+            self.model = trained.model
+
+        def translate(self, sources, batch_size=64):
+            seen.append(self.model.get_weights())
+            return super().translate(sources, batch_size)
+
+    monkeypatch.setattr(evaluation, "Translator", Recording)
+    for ema in (0.5, None):
+        model = tiny_translator(ema)
+        keeper = BestTranslations(list(REFERENCES.items()), Tokenizer(VOCAB), Tokenizer(VOCAB), 12)
+        before, after = Snapshot(), Snapshot()  # the weights at the epoch's end, before the keeper and after it
+        tokens = np.random.default_rng(0).integers(4, len(VOCAB), size=(16, 5)).astype("int32")
+        model.fit([tokens, tokens], tokens, batch_size=4, epochs=1, verbose=0, callbacks=[before, keeper, after])
+        translated = seen.pop()
+        moved = max(np.abs(a - b).max() for a, b in zip(translated, before.weights, strict=True))
+        assert moved > 1e-3 if ema else moved == 0.0  # the average is what is scored, and only with ema
+        for now, raw in zip(after.weights, before.weights, strict=True):
+            np.testing.assert_array_equal(now, raw)  # training goes on from its own weights
+
+
+def test_each_new_best_is_written_with_its_record_and_a_tie_is_not(tmp_path, monkeypatch):
+    monkeypatch.setattr(evaluation, "Translator", CannedTranslator)  # the same chrF every epoch
+    model = tiny_translator()
+    path = tmp_path / "best.weights.h5"
+    keeper = BestTranslations(list(REFERENCES.items()), Tokenizer(VOCAB), Tokenizer(VOCAB), 12, path)
+    keeper.set_model(model)
+    first = model.get_weights()
+    logs = {}
+    keeper.on_epoch_end(0, logs)
+    assert json.loads((tmp_path / "best.json").read_text()) == {"chrf": logs["val_chrf"]}
+    model.set_weights([w + 1.0 for w in first])
+    keeper.on_epoch_end(1, {})  # a tie: not better, so neither kept nor written
+    written = tiny_translator()
+    written.load_weights(path)
+    for got, want in zip(written.get_weights(), first, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.filterwarnings("ignore::kformer.inference.translator.OutputLimitWarning")  # expected: no [END]
+def test_each_epochs_translations_stop_at_the_models_max_length():
+    """Validation translates with the run's max_length: a model that never writes [END] stops there."""
+    from kformer.data.text import END_ID
+
+    model = tiny_translator()
+    model.get_layer("decoder").output_projection.bias.assign(np.where(np.arange(len(VOCAB)) == END_ID, -1e9, 0.0))
+    pairs = [("a b", "a b"), ("c", "c d")]
+    scores = {}
+    for max_length in (12, 40):
+        trained = TrainedModel(model, Tokenizer(VOCAB), Tokenizer(VOCAB), {"max_length": max_length})
+        hypotheses = Translator(trained, xla=False).translate([source for source, _ in pairs])
+        scores[max_length] = evaluation.score(hypotheses, [target for _, target in pairs])["chrf"]
+    assert scores[12] != scores[40]
+    keeper = BestTranslations(pairs, Tokenizer(VOCAB), Tokenizer(VOCAB), 12)
+    keeper.set_model(model)
+    logs = {}
+    keeper.on_epoch_end(0, logs)
+    assert logs["val_chrf"] == scores[12]
+
+
 @pytest.mark.slow
 def test_a_run_given_no_budget_trains_ten_epochs_to_a_rate_of_zero_on_the_loss_it_was_given(tmp_path):
     """No --epochs and no --minutes: 10 epochs, and the budget schedule falls to zero at their last step;
