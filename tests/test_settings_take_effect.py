@@ -115,6 +115,13 @@ def test_kformer_evaluate_gives_sacrebleus_default_scores_and_lowercase_only_whe
         assert scores["exact_match"] == pytest.approx(100 * exact / 6, abs=0.006)  # s3; and s6 lowercased
 
 
+def test_exact_match_is_the_percentage_of_hypotheses_equal_to_their_reference_to_two_decimals():
+    assert evaluation.score(["a b"], ["a b"])["exact_match"] == 100.0  # one sentence, right
+    assert evaluation.score(["a", "b", "c"], ["a", "x", "y"])["exact_match"] == 33.33
+    with pytest.raises(ValueError, match=r"^2 hypotheses but 1 references\.$"):
+        evaluation.score(["a", "b"], ["a"])
+
+
 def test_evaluate_from_python_is_cased_unless_asked_and_translates_in_the_batches_asked(monkeypatch):
     asked = []
 
@@ -184,6 +191,26 @@ def test_with_a_moving_average_each_epoch_translates_the_average_and_training_go
         assert moved > 1e-3 if ema else moved == 0.0  # the average is what is scored, and only with ema
         for now, raw in zip(after.weights, before.weights, strict=True):
             np.testing.assert_array_equal(now, raw)  # training goes on from its own weights
+
+
+def test_a_first_epoch_of_chrf_0_is_kept_and_a_run_stopped_before_any_epoch_ends_as_it_is(monkeypatch):
+    class Nothing(CannedTranslator):  # no character in common with any reference: chrF 0
+        def translate(self, sources, batch_size=64):
+            return ["" for _ in sources]
+
+    monkeypatch.setattr(evaluation, "Translator", Nothing)
+    model = tiny_translator()
+    first = model.get_weights()
+    keeper = BestTranslations(list(REFERENCES.items()), Tokenizer(VOCAB), Tokenizer(VOCAB), 12)
+    keeper.set_model(model)
+    keeper.on_train_end()  # stopped before its first epoch ended: the model as it is
+    logs = {}
+    keeper.on_epoch_end(0, logs)
+    assert logs["val_chrf"] == 0.0
+    model.set_weights([w + 1.0 for w in first])
+    keeper.on_train_end()
+    for kept, expected in zip(model.get_weights(), first, strict=True):
+        np.testing.assert_array_equal(kept, expected)  # the one epoch scored is the best, chrF 0 or not
 
 
 def test_each_new_best_is_written_with_its_record_and_a_tie_is_not(tmp_path, monkeypatch):
