@@ -170,6 +170,11 @@ def test_a_resumed_run_that_never_beats_its_record_ends_with_the_records_weights
     keeper.set_model(model)
     keeper.resume()
     assert keeper.best == record
+    path.rename(tmp_path / "gone.weights.h5")  # a record without its weights: nothing to go back to
+    alone = BestTranslations(letter_pairs(4, seed=7), Tokenizer(VOCAB), Tokenizer(VOCAB), 12, path)
+    alone.resume()
+    assert alone.best == -1.0
+    (tmp_path / "gone.weights.h5").rename(path)
     keeper.on_train_end()  # no epoch ran: nothing beat the record
     for kept, expected in zip(model.get_weights(), best, strict=True):
         np.testing.assert_array_equal(kept, expected)
