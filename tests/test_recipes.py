@@ -88,6 +88,8 @@ def test_a_sample_of_the_validation_split_spans_it():
     assert len(keeper.sources) == 1000
     mean = np.mean([len(s) for s, _ in pairs])
     assert np.mean([len(s) for s in keeper.sources]) == pytest.approx(mean, rel=0.05)
+    assert len(BestTranslations(pairs, None, None, 12).sources) == 1000  # the default: 1,000 sentences an epoch
+    assert len(BestTranslations(pairs[:1000], None, None, 12).sources) == 1000
 
 
 @pytest.mark.slow  # 33 s: trains twice
