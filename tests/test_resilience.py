@@ -170,6 +170,20 @@ def test_a_resumed_runs_record_is_read_back_whole(tmp_path):
     assert whole_history(path) == {"accuracy": [0.7, 0.81, 0.85], "loss": [3.0, 1.9, 1.5]}
 
 
+def test_a_record_keeps_its_epochs_before_the_restart_drops_what_is_not_an_epoch_and_reads_back_at_any_size(tmp_path):
+    from kformer.training.history import forget_epochs, whole_history
+
+    path = tmp_path / "history.csv"
+    path.write_text("epoch,loss,val_bleu\n0,3.0,\n1,2.0,\ngarbage line\n2,1.5,\n", encoding="utf-8")
+    forget_epochs(path, 2)  # resumed at epoch 2: epochs 0 and 1 stay, the line that is no epoch goes
+    assert path.read_text(encoding="utf-8") == "epoch,loss,val_bleu\n0,3.0,\n1,2.0,\n"
+    assert whole_history(path) == {"loss": [3.0, 2.0]}  # an empty column is left out, as "NA" is
+    path.write_text("epoch,loss\n0,3.0\n", encoding="utf-8")
+    assert whole_history(path) == {"loss": [3.0]}
+    path.write_text("epoch,loss\n", encoding="utf-8")  # killed before its first epoch ended
+    assert whole_history(path) == {}
+
+
 @pytest.mark.slow  # moved from the default suite to keep it within 8 minutes
 def test_a_diverging_run_stops_with_one_message_and_keeps_the_last_good_weights(tmp_path):
     out = tmp_path / "model"
