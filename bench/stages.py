@@ -38,19 +38,14 @@ OUT = {"default": DATA / "stage_seeds.json", "harder": DATA / "stage_seeds_harde
 
 
 def models_to_train(corpus):
-    """(label, stage, parts): stage 0 (the GRU) without and with attention, the eight stages, then stage 6 plus
-    each part of stage 7; on the harder corpus the two GRUs and stage 7 only."""
+    """(label, stage, parts, sizes): stage 0 (the GRU) without and with attention, both at stage 7's size, the
+    eight stages, then stage 6 plus each part of stage 7; on the harder corpus the two GRUs and stage 7 only."""
+    gru = ("0", 0, None, {"units": GRU_UNITS})
+    gru_attention = ("0 + attention", 0, None, {"units": ATTENTION_UNITS, "attention": True})
     if corpus == "harder":
-        return [("0", 0, None), ("0 + attention", 0, None), ("7", 7, None)]
-    stages = [(str(stage), stage, None) for stage in (0, *mvp.STAGES)]
-    return stages[:1] + [("0 + attention", 0, None)] + stages[1:] + [("6 + " + " + ".join(p), 7, p) for p in PARTS]
-
-
-def sizes(label):
-    """build_mvp's widths for a model of `models_to_train`: the GRUs at stage 7's size."""
-    if label == "0":
-        return {"units": GRU_UNITS}
-    return {"units": ATTENTION_UNITS, "attention": True} if label == "0 + attention" else {}
+        return [gru, gru_attention, ("7", 7, None, {})]
+    stages = [(str(stage), stage, None, {}) for stage in mvp.STAGES]
+    return [gru, gru_attention, *stages] + [("6 + " + " + ".join(p), 7, p, {}) for p in PARTS]
 
 
 def main():
@@ -77,10 +72,10 @@ def main():
     rows, started = [], time.perf_counter()
     models = [model for model in models_to_train(args.corpus) if not args.only or model[0] in args.only]
     todo = [(seed, *model) for seed in range(args.seeds) for model in models]
-    for done, (seed, label, stage, parts) in enumerate(todo, 1):
+    for done, (seed, label, stage, parts, sizes) in enumerate(todo, 1):
         began = time.perf_counter()
         model, history = mvp.train_stage(
-            stage, splits["train"], source_tokenizer, target_tokenizer, seed, parts, **sizes(label)
+            stage, splits["train"], source_tokenizer, target_tokenizer, seed, parts, **sizes
         )
         trained = time.perf_counter() - began
         scores, _ = mvp.stage_scores(model, twins, test_pairs, source_tokenizer, target_tokenizer, agreement)

@@ -95,16 +95,19 @@ def test_perplexity_is_exp_of_the_mean_token_log_likelihood_from_numpy(random_lm
 
 def test_perplexity_of_a_model_sure_of_the_wrong_token_is_capped_at_e_to_the_50(random_lm):
     """Not exp(200), which a float overflows not far above: a mean negative log-likelihood over 50 counts as 50."""
-    model = kformer.build_decoder_only(len(LETTERS) + 4, d_model=16, num_heads=2, num_layers=1, d_ff=32)
-    model.get_layer("decoder").output_projection.bias.assign(np.eye(len(LETTERS) + 4, dtype="float32")[1] * 200)
+    vocab_size = random_lm.target_tokenizer.vocab_size
+    model = kformer.build_decoder_only(vocab_size, d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    model.get_layer("decoder").output_projection.bias.assign(np.eye(vocab_size, dtype="float32")[1] * 200)  # [UNK]
     assert perplexity(model, random_lm.target_tokenizer, ["c d e"], max_length=16) == math.exp(50)
 
 
-def test_perplexity_is_measured_with_dropout_off():
+def test_perplexity_is_measured_with_dropout_off(random_lm):
     keras.utils.set_random_seed(2)
-    vocabulary = ["[PAD]", "[UNK]", "[START]", "[END]"] + LETTERS
-    model = kformer.build_decoder_only(len(vocabulary), d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.5)
-    lines, tokenizer = ["c d e", "a b c d e f g", "z"], Tokenizer(vocabulary)
+    tokenizer = random_lm.target_tokenizer
+    model = kformer.build_decoder_only(
+        tokenizer.vocab_size, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.5
+    )
+    lines = ["c d e", "a b c d e f g", "z"]
     expected = numpy_perplexity(model, tokenizer, lines)
     assert perplexity(model, tokenizer, lines, max_length=16) == pytest.approx(expected, rel=1e-5)
 
@@ -281,9 +284,10 @@ def test_train_lm_on_the_builtin_corpus_from_the_command_line(tmp_path, capsys):
     assert main(argv.split()) == 0
     said = capsys.readouterr().out
     assert "Saved the language model" in said
-    assert kformer.load(out).kind == "language_model"
+    trained = kformer.load(out)
+    assert trained.kind == "language_model"
     # Lines over 11 tokens (12 with [END]) are left out, counted by the model's own tokenizer and named as lines.
-    lengths = kformer.load(out).target_tokenizer.tokenize([s for _, s in builtin_splits()["train"]]).row_lengths()
+    lengths = trained.target_tokenizer.tokenize([s for _, s in builtin_splits()["train"]]).row_lengths()
     longer = int(np.sum(lengths.numpy() > 11))
     assert f"Sentences of up to 12 tokens: {longer:,} of 20,000 training lines (" in said and longer > 0
     assert main(["generate", "--model", str(out), "--max-tokens", "3", "el gato"]) == 0

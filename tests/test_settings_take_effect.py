@@ -16,7 +16,7 @@ from conftest import SMALL_SETTINGS, VOCAB
 
 from kformer import Translator, build_transformer
 from kformer.cli import _load_pairs, main
-from kformer.data.text import Tokenizer
+from kformer.data.text import END_ID, Tokenizer
 from kformer.model_dir import TrainedModel, load
 from kformer.training import evaluation, jobs
 from kformer.training.config import TrainingConfig
@@ -234,8 +234,6 @@ def test_each_new_best_is_written_with_its_record_and_a_tie_is_not(tmp_path, mon
 @pytest.mark.filterwarnings("ignore::kformer.inference.translator.OutputLimitWarning")  # expected: no [END]
 def test_each_epochs_translations_stop_at_the_models_max_length():
     """Validation translates with the run's max_length: a model that never writes [END] stops there."""
-    from kformer.data.text import END_ID
-
     model = tiny_translator()
     model.get_layer("decoder").output_projection.bias.assign(np.where(np.arange(len(VOCAB)) == END_ID, -1e9, 0.0))
     pairs = [("a b", "a b"), ("c", "c d")]

@@ -105,11 +105,11 @@ def _rnn_seq2seq(source_vocab_size, target_vocab_size, d_model, units, attention
     attention replaced: the decoder sees the source only through the
     encoder's last state, `(B, units)`, whatever the sentence's length.
 
-    With `attention`, each decoder state h_t also reads every encoder state
-    (Luong et al., 2015, global dot attention): c_t = sum_s alpha_ts h_s,
-    alpha_t = softmax_s(h_t . h_s), and the logits come from
-    tanh(W_c [c_t; h_t]). One head of kformer's `CrossAttention` with no
-    projections' biases computes c_t.
+    With `attention`, each decoder state h_t also reads every encoder state h_s
+    (Luong et al., 2015, global attention) through one head of kformer's
+    `CrossAttention`, its projections without biases: q_t = h_t W_Q,
+    k_s = h_s W_K, v_s = h_s W_V, alpha_t = softmax_s(q_t . k_s / sqrt(units)),
+    c_t = (sum_s alpha_ts v_s) W_O; the logits come from tanh(W_c [c_t; h_t] + b_c).
     """
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
