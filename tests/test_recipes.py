@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import sacrebleu
+import tensorflow as tf
 from conftest import VOCAB, copy_task_model, train_command
 
 from kformer import Translator
@@ -361,6 +362,50 @@ def test_a_config_out_of_range_is_refused_when_made_naming_the_setting():
         assert error.value.name == name and isinstance(error.value, ValueError)
     # The edges of each range are settings people use.
     TrainingConfig(dropout=0.0, label_smoothing=0.0, patience=0, epochs=1, ema=0.999, average=2, minutes=0.01)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(patience=-1), "patience must be 0 or a positive integer, not -1."),
+        (dict(patience=1.5), "patience must be 0 or a positive integer, not 1.5."),
+        (dict(ema=0.0), "ema is a decay between 0 and 1 (such as 0.999), not 0.0."),
+        (dict(ema=1.0), "ema is a decay between 0 and 1 (such as 0.999), not 1.0."),
+        (dict(average=1), "average is a number of checkpoints, 2 or more, not 1."),
+        (dict(schedule="cosine"), "schedule is one of budget, noam, not 'cosine'."),
+        (dict(strategy="gpu"), "strategy is one of default, mirrored, multiworker, tpu, not 'gpu'."),
+        (dict(dropout=True), "dropout is a rate from 0 up to (not including) 1, not True."),  # a bool is no number
+        (dict(minutes=True), "minutes must be a positive number, not True."),
+        (dict(batch_size=True), "batch_size must be a positive integer, not True."),
+    ],
+)
+def test_each_rule_of_the_config_is_one_sentence_naming_the_setting_its_range_and_the_value(settings, message):
+    """From Python, where the CLI's choices and types do not stand in front: the rule and the value given."""
+    with pytest.raises(ConfigError) as error:
+        TrainingConfig(**settings)
+    assert str(error.value) == message
+    assert error.value.describe("--x").startswith("--x ")  # the CLI names its flag the same way
+
+
+def test_every_architecture_setting_reaches_the_model_the_job_builds():
+    """`model_settings` carries each setting into the model (read back from Keras' own config), and
+    `--shared-vocab` builds one token table tied to the output: the paper's section 3.4."""
+    from kformer.model import build_transformer
+    from kformer.training.jobs import _build
+
+    asked = dict(d_model=16, num_heads=2, num_layers=3, d_ff=24, dropout=0.2, norm_first=True, tie_embeddings=True)
+    strategy = tf.distribute.get_strategy()
+    model, _ = _build(strategy, TrainingConfig(**asked), build_transformer, (30, 40), steps_per_epoch=10)
+    assert {name: model.get_config()[name] for name in asked} == asked
+    assert not model.get_config()["share_embeddings"]
+
+    model, _ = _build(
+        strategy, TrainingConfig(d_model=16, num_heads=2, shared_vocab=True), build_transformer, (30, 30), 10
+    )
+    config = model.get_config()
+    assert config["share_embeddings"] and config["tie_embeddings"]
+    tables = [w for w in model.weights if "embedding" in w.path and w.shape == (30, 16)]
+    assert len(tables) == 1, [w.path for w in model.weights]  # encoder, decoder and output share one
 
 
 @pytest.mark.parametrize(
