@@ -51,12 +51,14 @@ def test_chapter_ends_with_exercises_whose_solutions_are_asserted(path):
         assert after[i][1].startswith("<details>") and after[i][1].endswith("</details>"), (name, after[i][1])
         kind, source = after[i + 1]
         assert kind == "code" and "assert" in source, (name, source)
-        assert notebook.cells[start + i + 1].metadata.get("jupyter", {}).get("source_hidden"), (name, source)
+        folded = notebook.cells[start + i + 1].metadata.get("jupyter", {})
+        assert folded.get("source_hidden") and folded.get("outputs_hidden"), (name, source)  # no answer in view
 
 
 CODE_EXERCISES = {  # chapter: the function its exercise asks the learner to write
     "02_build_the_block": "pre_ln_encoder_layer",
     "03_training_vs_inference": "my_ranking_scores",
+    "04b_the_evidence": "attention_parameters",
     "06_decoder_only": "my_top_p",
 }
 
