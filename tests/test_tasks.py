@@ -13,6 +13,7 @@ from kformer.data.text import END_ID, Tokenizer
 from kformer.model import build_decoder_only, build_transformer
 from kformer.model_dir import ModelDirectoryError, TrainedModel
 from kformer.training.config import TrainingConfig
+from kformer.training.evaluation import perplexity
 from kformer.training.tasks import LANGUAGE_MODEL, TRANSLATION, require, task_of
 
 # Each pair ten times: WordPiece keeps a word whole once it is frequent enough.
@@ -52,6 +53,11 @@ def test_a_shared_vocabulary_is_one_tokenizer_learned_from_both_sides_and_writte
     written = [(tmp_path / name).read_text(encoding="utf-8") for name in ("source_vocab.txt", "target_vocab.txt")]
     assert written[0] == written[1] and Tokenizer.load(tmp_path / "target_vocab.txt").vocabulary == source.vocabulary
 
+    elsewhere = tmp_path / "worker"  # quiet when not verbose, and a worker writes neither name
+    elsewhere.mkdir()
+    TRANSLATION.vocabularies(elsewhere, PAIRS, config, verbose=0, write=False)
+    assert list(elsewhere.iterdir()) == [] and capsys.readouterr().out == ""
+
 
 def test_a_language_models_one_vocabulary_comes_from_its_first_vocab_sample_lines(tmp_path, capsys):
     lines = [spanish for _, spanish in PAIRS]
@@ -59,6 +65,10 @@ def test_a_language_models_one_vocabulary_comes_from_its_first_vocab_sample_line
     assert source is None and {"gato", "perro"} <= set(target.vocabulary) and "pájaro" not in target.vocabulary
     assert capsys.readouterr().out == "Learning a 8000-token WordPiece vocabulary from 20 sentences ...\n"
     assert [path.name for path in tmp_path.iterdir()] == ["target_vocab.txt"]
+    elsewhere = tmp_path / "worker"
+    elsewhere.mkdir()
+    LANGUAGE_MODEL.vocabularies(elsewhere, lines, TrainingConfig(), verbose=0, write=False)
+    assert list(elsewhere.iterdir()) == [] and capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize(
@@ -83,21 +93,25 @@ def test_each_task_builds_its_own_model_and_a_language_models_shared_vocab_ties_
     assert (builder, sizes, settings) == (build_transformer, (16, 10), config)
     builder, sizes, settings = LANGUAGE_MODEL.model(config, None, target)
     assert (builder, sizes) == (build_decoder_only, (10,))
-    assert settings.tie_embeddings and not settings.shared_vocab  # one vocabulary: the output tied to the input
+    assert settings.tie_embeddings is True and settings.shared_vocab is False  # one vocabulary: output tied to input
     assert settings.model_settings() == {**TrainingConfig().model_settings(), "tie_embeddings": True}
     _, _, plain = LANGUAGE_MODEL.model(TrainingConfig(), None, target)
     assert not plain.tie_embeddings and not plain.shared_vocab
 
 
-def test_validation_runs_on_the_pairs_that_fit_and_the_keeper_translates_them_all():
-    source = target = Tokenizer(VOCAB)
-    short, long = [("a b", "a b"), ("c", "c")], [("a b c d e f", "a b c d e f")]
-    batches = dict(batch_size=8, batch_tokens=None, max_length=4)
+def test_validation_runs_on_the_pairs_that_fit_in_one_order_and_the_keeper_translates_them_all():
+    source, target = Tokenizer(VOCAB), Tokenizer(VOCAB)
+    letters = VOCAB[4:]
+    short = [(" ".join(letters[i : i + 2]), " ".join(letters[i : i + 2])) for i in range(10)]
+    long = [("a b c d e f", "a b c d e f")]
+    batches = dict(batch_size=4, batch_tokens=None, max_length=4)
     assert TRANSLATION.validation([], source, target, batches, None) == (None, None)
     valid, keeper = TRANSLATION.validation(short + long, source, target, batches, "best.weights.h5")
-    assert sum(int(labels.shape[0]) for _, labels in valid) == 2  # the long pair is not in the val_loss batches ...
-    assert keeper.sources == ["a b", "c", "a b c d e f"] and keeper.max_length == 4  # ... but is translated
-    assert keeper.path == "best.weights.h5"
+    first, again = ([labels.numpy().tolist() for _, labels in valid] for _ in range(2))
+    assert sum(len(batch) for batch in first) == 10  # the long pair is not in the val_loss batches ...
+    assert first == again  # every epoch's val_loss from the same batches: not shuffled
+    assert keeper.sources == [s for s, _ in short] + ["a b c d e f"] and keeper.max_length == 4  # ... but translated
+    assert keeper.tokenizers[0] is source and keeper.tokenizers[1] is target and keeper.path == "best.weights.h5"
     valid, keeper = TRANSLATION.validation(long, source, target, batches, None)
     assert valid is None and keeper.sources == ["a b c d e f"]  # no pair fits: no val_loss, still chrF
     assert LANGUAGE_MODEL.validation(short, None, target, batches, None) == (None, None)
@@ -142,6 +156,12 @@ def test_a_language_model_export_generates_greedily_and_refuses_a_translators_se
     runner = LANGUAGE_MODEL.runner(lm, max_new_tokens=5)
     assert runner.max_new_tokens == 5 and LANGUAGE_MODEL.manifest(runner) == {"max_new_tokens": 5}
     assert LANGUAGE_MODEL.runner(lm).max_new_tokens == kformer.Generator(lm).max_new_tokens  # its default
+    held_out = ["a b c d", "e f g"]  # the end of training reports the perplexity on them, to two decimals
+    expected = round(perplexity(model, lm.target_tokenizer, held_out, 12), 2)
+    assert LANGUAGE_MODEL.results(model, lm.target_tokenizer, held_out, TrainingConfig(max_length=12)) == {
+        "val_perplexity": expected
+    }
+    assert expected != round(perplexity(model, lm.target_tokenizer, held_out, 12), 3)  # the rounding is seen
     ((name, generate),) = LANGUAGE_MODEL.id_functions(runner).items()
     prompt = tf.constant([[4, 5]], tf.int32)
     assert name == "generate_ids"
