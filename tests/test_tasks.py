@@ -128,7 +128,9 @@ def hesitant():
 def test_a_translation_export_serves_the_search_the_runner_was_asked_for_and_records_its_penalty(hesitant):
     runner = TRANSLATION.runner(hesitant, beam_size=3, length_penalty=1.5)
     assert (runner.beam_size, runner.length_penalty, runner.xla) == (3, 1.5, False)
-    assert TRANSLATION.runner(hesitant).length_penalty == kformer.Translator(hesitant).length_penalty  # its default
+    plain = TRANSLATION.runner(hesitant)  # greedy, the translator's own penalty and no XLA unless asked
+    assert (plain.beam_size, plain.length_penalty, plain.xla) == (1, kformer.Translator(hesitant).length_penalty, False)
+    assert TRANSLATION.runner(hesitant, xla=True).xla is True
     assert TRANSLATION.manifest(runner) == {
         "max_output_ratio": runner.max_output_ratio,
         "extra_output_tokens": 10,
