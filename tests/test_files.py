@@ -144,3 +144,31 @@ def test_a_holder_is_gone_when_its_process_ended_on_this_host_and_never_when_els
         assert not _gone({"pid": reaped.pid, "host": host + "-elsewhere"})  # cannot be seen from here
     finally:
         zombie.wait()
+
+
+def test_a_holder_is_judged_alive_when_in_doubt_and_its_state_read_after_the_last_parenthesis(monkeypatch):
+    """Another user's process (kill answers PermissionError), a /proc that cannot be read: alive, so a live run's
+    lock is never taken. A process whose name holds ")" has its state read after the last one."""
+    host, pid = socket.gethostname(), os.getpid()
+    stat = {}
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if str(self) != f"/proc/{pid}/stat":
+            return real_read_text(self, *args, **kwargs)
+        if "text" not in stat:
+            raise OSError(errno.ENOENT, "No such file or directory")
+        return stat["text"]
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert not _gone({"pid": pid, "host": host})  # /proc unreadable: alive
+    stat["text"] = f"{pid} (odd) name) Z 1 1 1"
+    assert _gone({"pid": pid, "host": host})  # a zombie named "odd) name"
+    stat["text"] = f"{pid} (odd) name) S 1 1 1"
+    assert not _gone({"pid": pid, "host": host})
+
+    def another_users(pid, signal):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", another_users)
+    assert not _gone({"pid": pid, "host": host})
