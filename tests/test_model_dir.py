@@ -213,6 +213,57 @@ def test_a_finished_directory_is_not_trained_over_unless_asked(saved):
         pass
 
 
+def test_a_finished_language_model_without_a_source_vocabulary_or_training_folder_is_trained_over_when_asked(
+    tmp_path,
+):
+    """What a language model's finished directory holds (no source_vocab.txt; `finish` removed the backup and the
+    run left no training/ here): refused in one sentence, then cleared by --overwrite without tripping over the
+    files it never had; a translator then meets its interrupted run by name."""
+    from kformer.model_dir import RunDirectory
+
+    out = tmp_path / "lm"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"kind": "language_model", "max_length": 8}))
+    (out / "target_vocab.txt").write_text("\n".join(RESERVED_TOKENS) + "\n")
+    (out / "model.keras").write_text("weights")
+    run = RunDirectory(out)
+    with pytest.raises(ModelDirectoryError) as error, run.claim(LANGUAGE_MODEL):
+        pass
+    assert str(error.value) == (
+        f"{out}: already holds a trained model; choose another --out, or pass --overwrite to train a new one in its "
+        "place."
+    )
+    with run.claim(LANGUAGE_MODEL, overwrite=True):
+        assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+            ".kformer.lock",
+            "training",
+            "training/run.json",
+        ]
+    with pytest.raises(ModelDirectoryError) as error, run.claim(TRANSLATION):
+        pass
+    assert str(error.value) == (
+        f"{out}: holds an interrupted run that trains a language model, not a translator; resume it with its own "
+        "command, or choose another --out."
+    )
+
+
+def test_finishing_saves_the_model_and_drops_only_the_backup(tmp_path):
+    from conftest import copy_task_model
+
+    from kformer.model_dir import RunDirectory
+
+    run = RunDirectory(tmp_path / "out")
+    run.backup.mkdir(parents=True)
+    (run.backup / "checkpoint").write_text("state")
+    run.history.write_text("epoch,loss\n0,1.0\n")
+    trained = copy_task_model()
+    run.finish(trained)
+    assert not run.backup.exists() and run.history.read_text() == "epoch,loss\n0,1.0\n"
+    assert json.loads((run.root / "config.json").read_text())["kind"] == "translator"
+    assert load(run.root).target_tokenizer.vocabulary == trained.target_tokenizer.vocabulary
+    run.finish(trained)  # again, with no backup left: nothing to remove, no error
+
+
 def test_each_kind_a_model_directory_may_name_is_a_task_of_kformers():
     from kformer.model_dir import KINDS
 
