@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import REPO, TINY_BATCH, run_fresh_python, to_numpy
 
-from kformer import TrainedModel, build_transformer, load
+from kformer import TrainedModel, build_decoder_only, build_transformer, load
 from kformer.data.text import RESERVED_TOKENS, Tokenizer
 from kformer.model_dir import ModelDirectoryError
 from kformer.training.tasks import LANGUAGE_MODEL, TASKS, TRANSLATION
@@ -45,6 +45,63 @@ def test_round_trip_in_a_fresh_process(saved):
         """,
         cwd=directory.parent,
     )
+
+
+def test_load_gives_back_in_this_process_what_was_saved(saved, tmp_path):
+    """The round trip without a fresh process (which mutation testing cannot run): the same outputs, vocabularies
+    and settings; a language model's directory needs no source vocabulary; max_length defaults to 40."""
+    trained, directory = saved
+    loaded = load(directory)
+    np.testing.assert_allclose(to_numpy(loaded.model(TINY_BATCH)), to_numpy(trained.model(TINY_BATCH)), atol=1e-6)
+    assert loaded.source_tokenizer.vocabulary == SOURCE_VOCAB and loaded.target_tokenizer.vocabulary == TARGET_VOCAB
+    assert (loaded.kind, loaded.max_length) == ("translator", 12)
+    assert loaded.config == {"max_length": 12, "kind": "translator"}
+
+    lm = TrainedModel(
+        build_decoder_only(len(TARGET_VOCAB), d_model=16, num_heads=2, num_layers=1, d_ff=32),
+        None,
+        Tokenizer(TARGET_VOCAB),
+        {"kind": "language_model", "max_length": 1},  # the smallest max_length there is
+    )
+    lm.save(tmp_path / "lm")
+    assert sorted(p.name for p in (tmp_path / "lm").iterdir()) == ["config.json", "model.keras", "target_vocab.txt"]
+    loaded = load(tmp_path / "lm")
+    assert loaded.source_tokenizer is None and (loaded.kind, loaded.max_length) == ("language_model", 1)
+    config = json.loads((directory / "config.json").read_text())
+    del config["max_length"]
+    (directory / "config.json").write_text(json.dumps(config))
+    assert load(directory).max_length == 40
+
+
+def test_what_a_directory_lacks_or_holds_wrong_is_one_whole_sentence(saved):
+    _, directory = saved
+    (directory / "source_vocab.txt").unlink()
+    (directory / "model.keras").unlink()
+    with pytest.raises(ModelDirectoryError) as error:
+        load(directory)
+    assert str(error.value) == (
+        f"{directory}: incomplete model directory, missing model.keras, source_vocab.txt; was training interrupted? "
+        "Run `kformer train` again with the same --out to resume."
+    )
+    (directory / "config.json").unlink()
+    with pytest.raises(ModelDirectoryError) as error:
+        load(directory)
+    assert str(error.value) == (
+        f"{directory}: incomplete model directory, missing config.json; was training interrupted? "
+        "Run `kformer train` again with the same --out to resume."
+    )
+    (directory / "config.json").write_text("[1, 2]")
+    with pytest.raises(ModelDirectoryError) as error:
+        load(directory)
+    assert str(error.value) == f"{directory / 'config.json'}: must hold a JSON object, not list."
+
+
+def test_a_vocabulary_file_that_is_not_one_is_named(saved):
+    _, directory = saved
+    (directory / "target_vocab.txt").write_text("")
+    with pytest.raises(ModelDirectoryError) as error:
+        load(directory)
+    assert str(error.value).startswith(f"{directory}: a vocabulary file is not valid: ")
 
 
 def test_missing_directory(tmp_path):
