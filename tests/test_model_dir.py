@@ -75,25 +75,23 @@ def test_load_gives_back_in_this_process_what_was_saved(saved, tmp_path):
 
 def test_what_a_directory_lacks_or_holds_wrong_is_one_whole_sentence(saved):
     _, directory = saved
-    (directory / "source_vocab.txt").unlink()
-    (directory / "model.keras").unlink()
-    with pytest.raises(ModelDirectoryError) as error:
-        load(directory)
-    assert str(error.value) == (
-        f"{directory}: incomplete model directory, missing model.keras, source_vocab.txt; was training interrupted? "
-        "Run `kformer train` again with the same --out to resume."
-    )
-    (directory / "config.json").unlink()
-    with pytest.raises(ModelDirectoryError) as error:
-        load(directory)
-    assert str(error.value) == (
-        f"{directory}: incomplete model directory, missing config.json; was training interrupted? "
-        "Run `kformer train` again with the same --out to resume."
-    )
-    (directory / "config.json").write_text("[1, 2]")
-    with pytest.raises(ModelDirectoryError) as error:
-        load(directory)
-    assert str(error.value) == f"{directory / 'config.json'}: must hold a JSON object, not list."
+    resume = "was training interrupted? Run `kformer train` again with the same --out to resume."
+    for change, message in [
+        (
+            ("source_vocab.txt", "model.keras"),
+            f"{directory}: incomplete model directory, missing model.keras, source_vocab.txt; {resume}",
+        ),
+        (("config.json",), f"{directory}: incomplete model directory, missing config.json; {resume}"),
+        ("[1, 2]", f"{directory / 'config.json'}: must hold a JSON object, not list."),
+    ]:
+        if isinstance(change, str):
+            (directory / "config.json").write_text(change)
+        else:
+            for name in change:
+                (directory / name).unlink()
+        with pytest.raises(ModelDirectoryError) as error:
+            load(directory)
+        assert str(error.value) == message
 
 
 def test_a_vocabulary_file_that_is_not_one_is_named(saved):
