@@ -89,6 +89,27 @@ def test_notebook_is_a_chapter_committed_with_its_outputs(path):
     assert any("image/png" in output.get("data", {}) for cell in code for output in cell.outputs)
 
 
+NOISE = ("INFO:", "cuInit", "XNNPACK", "oneDNN", "absl::")  # TensorFlow's and LiteRT's notes, read as failures
+
+
+def start_up_noise(notebook):
+    """The stderr lines of a notebook's outputs that are TensorFlow's or LiteRT's notes, not errors."""
+    lines = [
+        line
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if output.get("name") == "stderr"
+        for line in output.text.splitlines()
+    ]
+    return [line for line in lines if any(marker in line for marker in NOISE)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_a_committed_chapter_shows_no_start_up_noise(path):
+    assert not start_up_noise(nbformat.read(path, as_version=4)), path.name
+
+
 @pytest.mark.slow  # minutes each
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_notebook_executes(path):
@@ -98,3 +119,4 @@ def test_notebook_executes(path):
         notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
     client.execute()
+    assert not start_up_noise(notebook), start_up_noise(notebook)  # quiet_start keeps the red lines away
