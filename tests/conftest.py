@@ -258,3 +258,17 @@ def clean_run(tmp_path_factory):
     with contextlib.redirect_stdout(printed):
         assert main(train_command(out, "--epochs", str(EPOCHS), "--backup-steps", "20")[3:]) == 0
     return out, printed.getvalue()
+
+
+def tensorboard_epoch_scalars(folder):
+    """{tag: its values in step order} of the `epoch_*` scalars in the TensorBoard event files in `folder`."""
+    import tensorflow as tf
+
+    values = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.tag.startswith("epoch_"):
+                    values.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+    return {tag: [by_step[step] for step in sorted(by_step)] for tag, by_step in values.items()}

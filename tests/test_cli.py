@@ -12,7 +12,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, tensorboard_epoch_scalars
 
 from kformer.cli import _config, build_parser, main
 from kformer.training.config import ARCHITECTURE, TrainingConfig
@@ -85,20 +85,6 @@ def _write_letter_pairs(path, sources="abcdefgh", targets="ijklmnop", copies=1):
     return lines
 
 
-def _tensorboard_epoch_scalars(folder):
-    """{tag: its values in step order} of the `epoch_*` scalars in the TensorBoard event files in `folder`."""
-    import tensorflow as tf
-
-    values = {}
-    for path in sorted(folder.glob("events.out.tfevents.*")):
-        for record in tf.data.TFRecordDataset(str(path)):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                if value.tag.startswith("epoch_"):
-                    values.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
-    return {tag: [by_step[step] for step in sorted(by_step)] for tag, by_step in values.items()}
-
-
 @pytest.mark.slow  # 25 s: trains, evaluates and translates
 def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
     data = tmp_path / "pairs.tsv"
@@ -113,7 +99,7 @@ def test_train_evaluate_translate_on_a_pair_file(tmp_path, capsys):
         epochs = list(csv.DictReader(file))
     assert len(epochs) == 2
     # TensorBoard holds each epoch's scalars too, though 4 steps an epoch is no multiple of its update_freq.
-    train, valid = (_tensorboard_epoch_scalars(out / "training" / "logs" / side) for side in ("train", "validation"))
+    train, valid = (tensorboard_epoch_scalars(out / "training" / "logs" / side) for side in ("train", "validation"))
     for events, tag, column in (
         (train, "epoch_loss", "loss"),
         (valid, "epoch_chrf", "val_chrf"),
