@@ -1,0 +1,269 @@
+"""The training job's own rules, in-process and on small Keras models: which schedule a run gets and where it
+ends, the precision and seeds it sets up, which callbacks run in which order with which settings, and what
+`_fit` asks of model.fit, resumes, and reports. The end-to-end runs (a whole `kformer train`, a kill and a
+resume in a fresh process) are in test_cli.py, test_resilience.py and test_settings_take_effect.py.
+"""
+
+import csv
+import random
+from types import SimpleNamespace
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import VOCAB
+
+from kformer.data.pairs import DataError
+from kformer.data.stream import InMemoryPairs
+from kformer.data.text import Tokenizer
+from kformer.model_dir import RunDirectory
+from kformer.training import jobs
+from kformer.training.callbacks import Backup, CheckpointAverage, TensorBoard, TimeBudget
+from kformer.training.config import TrainingConfig
+from kformer.training.objectives import BudgetSchedule, TransformerSchedule
+from kformer.training.tasks import LANGUAGE_MODEL, TRANSLATION
+
+
+def rates(schedule, steps=(1, 7, 60, 149)):
+    return [float(schedule(step)) for step in steps]
+
+
+def test_the_papers_schedule_is_built_with_the_runs_width_warmup_and_scale():
+    config = TrainingConfig(schedule="noam", d_model=32, num_heads=2, warmup_steps=7, learning_rate_scale=2.0)
+    schedule = jobs._schedule(config, 50)
+    assert isinstance(schedule, TransformerSchedule)
+    # The paper's formula, worked here: scale * d_model^-0.5 * min(n^-0.5, n * warmup^-1.5) at the n-th step
+    # (Keras gives the schedule the count of steps done before it: n - 1).
+    expected = [2.0 * 32**-0.5 * min(n**-0.5, n * 7**-1.5) for n in (2, 8, 61, 150)]
+    np.testing.assert_allclose(rates(schedule), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "settings, total",
+    [
+        (dict(epochs=3), 150),  # 3 epochs of 50 steps
+        (dict(minutes=5.0), 1e9),  # unknown until the budget measures its pace
+        (dict(minutes=5.0, epochs=2), 100),  # both: the epochs' end (the budget may stop it sooner)
+        ({}, 500),  # neither: 10 epochs
+    ],
+)
+def test_the_budget_schedule_falls_to_zero_where_the_run_will_end(settings, total):
+    config = TrainingConfig(d_model=32, num_heads=2, warmup_steps=7, learning_rate_scale=2.0, **settings)
+    schedule = jobs._schedule(config, 50)
+    assert isinstance(schedule, BudgetSchedule)
+    assert float(schedule.total_steps.numpy()) == total
+    np.testing.assert_allclose(rates(schedule), rates(BudgetSchedule(32, total, 7, 2.0)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("settings, epochs", [(dict(epochs=3), 3), (dict(minutes=1.0), 10_000), ({}, 10)])
+def test_the_epochs_a_run_asks_fit_for(settings, epochs):
+    assert jobs._epochs(TrainingConfig(**settings)) == epochs
+
+
+def test_the_setup_seeds_everything_and_sets_the_precision_only_for_the_job():
+    before = keras.mixed_precision.global_policy().name
+    with jobs._training_setup(TrainingConfig(seed=7, mixed_precision=True)) as (strategy, policy):
+        assert policy == "mixed_bfloat16" == keras.mixed_precision.global_policy().name  # a CPU: bfloat16
+        assert strategy is tf.distribute.get_strategy()
+        drawn = random.random(), float(keras.random.uniform(()))
+    keras.utils.set_random_seed(7)
+    assert drawn[0] == random.random()
+    assert drawn[1] == float(keras.random.uniform(()))
+    assert keras.mixed_precision.global_policy().name == before
+    with pytest.raises(RuntimeError), jobs._training_setup(TrainingConfig()) as (_, policy):
+        assert policy == "float32" == keras.mixed_precision.global_policy().name
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        raise RuntimeError("the job failed")
+    assert keras.mixed_precision.global_policy().name == before  # put back after a failure too
+
+
+class Keeper(keras.callbacks.Callback):
+    """What `_callbacks` reads of `BestTranslations`: its best chrF so far (-1: none)."""
+
+    def __init__(self, best):
+        super().__init__()
+        self.best = best
+
+
+def test_the_chiefs_callbacks_in_their_order_with_the_runs_settings(tmp_path):
+    run = RunDirectory(tmp_path / "out")
+    config = TrainingConfig(patience=3)
+    keeper, own = Keeper(best=-1.0), keras.callbacks.Callback()
+    budget, backup, average = TimeBudget(1.0), Backup(run.backup), CheckpointAverage(2, 10)
+    chain = jobs._callbacks(run, config, keeper, budget, backup, average, True, [own])
+    kinds = [CheckpointAverage, Keeper, keras.callbacks.EarlyStopping, keras.callbacks.CSVLogger, TensorBoard]
+    assert [type(callback) for callback in chain] == [*kinds, keras.callbacks.Callback, TimeBudget, Backup]
+    assert chain[0] is average and chain[1] is keeper and chain[-3] is own and chain[-2] is budget
+    assert chain[-1] is backup
+    stopper, logger, board = chain[2:5]
+    assert (stopper.monitor, stopper.mode, stopper.patience, stopper.baseline) == ("val_chrf", "max", 3, None)
+    assert (logger.filename, logger.append) == (str(run.history), True)
+    assert (board.log_dir, board.update_freq) == (str(run.logs), 100)
+    assert run.training.is_dir()
+    # Resumed, the best chrF before the restart is the bar to beat; no budget, no average: neither is there.
+    chain = jobs._callbacks(run, config, Keeper(best=41.5), None, backup, None, True, [])
+    assert [type(callback) for callback in chain] == [*kinds[1:], Backup]
+    assert chain[1].baseline == 41.5
+    chain = jobs._callbacks(run, config, None, None, backup, None, True, [])
+    assert [type(callback) for callback in chain] == [keras.callbacks.CSVLogger, TensorBoard, Backup]
+
+
+def test_a_worker_that_is_not_the_chief_runs_only_the_budget_and_the_backup_and_writes_nothing(tmp_path):
+    run = RunDirectory(tmp_path / "out")
+    budget, backup, own = TimeBudget(1.0), Backup(run.backup), keras.callbacks.Callback()
+    assert jobs._callbacks(run, TrainingConfig(), Keeper(2.0), budget, backup, None, False, [own]) == [budget, backup]
+    assert jobs._callbacks(run, TrainingConfig(), None, None, backup, None, False, []) == [backup]
+    assert not run.root.exists()
+
+
+class FitSpy:
+    """model.fit, recording what it was asked (and the first value of the training data it was given)."""
+
+    def __init__(self, model):
+        self.fit, self.asked = model.fit, {}
+
+    def __call__(self, train, **asked):
+        self.asked = {**asked, "first": float(next(iter(train))[0][0, 0])}
+        return self.fit(train, **asked)
+
+
+def counting_data():
+    """Batches of one row whose features are the batch's index: 0, 1, 2, ..."""
+    return tf.data.Dataset.range(10_000).map(lambda i: (tf.fill([1, 3], tf.cast(i, tf.float32)), tf.zeros([1, 2])))
+
+
+def spied_model():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(1e-4), "mse")
+    spy = FitSpy(model)
+    model.fit = spy
+    return model, spy
+
+
+def test_fit_is_asked_for_the_runs_epochs_and_steps_and_its_result_summarised(tmp_path):
+    run = RunDirectory(tmp_path)
+    config = TrainingConfig(epochs=2, backup_steps=3)
+    model, spy = spied_model()
+    history, summary = jobs._fit(model, None, counting_data(), None, 4, run, config, 0)
+    assert spy.asked == dict(
+        first=0.0,
+        validation_data=None,
+        epochs=2,
+        initial_epoch=0,
+        steps_per_epoch=4,
+        callbacks=spy.asked["callbacks"],
+        shuffle=False,
+        verbose=0,
+    )
+    assert [type(callback) for callback in spy.asked["callbacks"]][-1] is Backup
+    losses = history.history["loss"]
+    assert summary == {
+        "steps": 8,
+        "seconds": summary["seconds"],
+        "epochs_run": 2,
+        "stopped_by": "epochs or early stopping",
+        "loss": round(losses[-1], 4),
+    }
+    with open(run.history) as file:
+        assert [row["epoch"] for row in csv.DictReader(file)] == ["0", "1"]
+    assert run.learning_curves.is_file()
+
+
+def test_a_run_resumed_in_the_middle_of_an_epoch_reads_on_from_its_next_batch_and_ends_its_schedule_there(
+    tmp_path, capsys
+):
+    run = RunDirectory(tmp_path)
+    config = TrainingConfig(epochs=3, backup_steps=1000, d_model=32, num_heads=2)
+    model, _ = spied_model()
+    model.fit(counting_data().take(6), epochs=1, verbose=0, shuffle=False)  # 6 steps: the second epoch's second
+    saving = Backup(run.backup)
+    saving.set_model(model)
+    saving.on_train_begin()
+    saving.save(1)
+    resumed, spy = spied_model()
+    schedule = BudgetSchedule(32, 12, 4)
+    _, summary = jobs._fit(resumed, schedule, counting_data(), None, 4, run, config, 1)
+    assert (spy.asked["first"], spy.asked["initial_epoch"]) == (6.0, 1)  # the batches trained on are read past
+    # fit reruns epoch 1 whole: 8 more steps from step 6, so the schedule ends at 14, not at 3 x 4.
+    assert float(schedule.total_steps.numpy()) == 14.0
+    assert summary["resumed_from"] == 6 and summary["steps"] == 14
+    printed = capsys.readouterr().out
+    assert (
+        f"Resuming the interrupted run in {tmp_path}: step 6, epoch 2 (first reading past the 6 batches it " in printed
+    )
+
+
+def test_a_spent_budget_says_why_the_run_stopped_and_warns_when_it_left_too_few_steps(tmp_path, capsys):
+    run = RunDirectory(tmp_path)
+    model, spy = spied_model()
+    config = TrainingConfig(minutes=1e-4, d_model=32, num_heads=2)
+    _, summary = jobs._fit(model, None, counting_data(), None, 1000, run, config, 1)
+    assert spy.asked["epochs"] == 10_000 and spy.asked["verbose"] == 0  # the budget's line, not Keras's bar
+    steps = summary["steps"]
+    assert summary["stopped_by"] == "time budget" and steps < jobs.FEW_STEPS
+    warning = (
+        f"only {steps} training steps ran in 0.0001 minutes (the first took {summary['first_step_seconds']:.0f} s): "
+        "too few to learn from; give more --minutes"
+    )
+    assert summary["warning"] == warning
+    assert f"Warning: {warning}.\n" in capsys.readouterr().out
+    budget = next(callback for callback in spy.asked["callbacks"] if isinstance(callback, TimeBudget))
+    assert summary["first_step_seconds"] == round(budget.first_step_seconds, 1)
+
+
+LETTERS = Tokenizer(VOCAB)  # one token a letter
+
+
+def letter_pairs(lengths):
+    return [(" ".join("abcdefghijkl"[:n]), " ".join("abcdefghijkl"[:n])) for n in lengths]
+
+
+def test_the_length_limit_counts_what_it_leaves_out_in_the_sample_and_scales_it_to_the_corpus(capsys):
+    """Pairs of 1 to 10 tokens a side; up to 5 tokens (the target's [END] among them) keeps those of 1 to 4."""
+    stream = SimpleNamespace(sample=letter_pairs(range(1, 11)), estimated_pairs=1000, approximate=True)
+    config, left_out, lengths = jobs._length_limit(
+        TRANSLATION, TrainingConfig(max_length=5), stream, *[LETTERS] * 2, None, 1
+    )
+    assert (config.max_length, left_out) == (5, 600)  # 6 of the sample's 10: 60% of about 1,000
+    np.testing.assert_array_equal(lengths[0], range(1, 11))
+    assert capsys.readouterr().out == (
+        "Sentences of up to 5 tokens: about 600 of about 1,000 training pairs (60.00%) are longer and left out; "
+        "raise --max-length to keep them.\n"
+    )
+    pairs = InMemoryPairs(letter_pairs(range(1, 11)))
+    config, left_out, _ = jobs._length_limit(LANGUAGE_MODEL, TrainingConfig(), pairs, *[LETTERS] * 2, None, 1)
+    assert (config.max_length, left_out) == (40, 0)  # chosen from the data: all of it fits under 40
+    assert capsys.readouterr().out == (
+        "Sentences of up to 40 tokens (from the data: 99% of the lines fit): 0 of 10 training lines (0.00%) are "
+        "longer and left out.\n"
+    )
+    base = SimpleNamespace(max_length=7)  # fine-tuning: the model's own limit
+    config, left_out, _ = jobs._length_limit(TRANSLATION, TrainingConfig(), pairs, *[LETTERS] * 2, base, 1)
+    assert (config.max_length, left_out) == (7, 4)
+    assert capsys.readouterr().out.startswith(
+        "Sentences of up to 7 tokens (the model's): 4 of 10 training pairs (40.00%)"
+    )
+    jobs._length_limit(TRANSLATION, TrainingConfig(max_length=5), pairs, *[LETTERS] * 2, None, 0)
+    assert capsys.readouterr().out == ""
+    with pytest.raises(DataError) as raised:
+        jobs._length_limit(TRANSLATION, TrainingConfig(max_length=1), pairs, *[LETTERS] * 2, None, 0)
+    assert str(raised.value) == "none of the 10 training pairs fits max_length=1 tokens a side; raise --max-length."
+
+
+def test_each_worker_reads_its_share_in_batches_of_its_replicas_part(tmp_path):
+    """Two input pipelines of two replicas in all, a global batch of 8: the second pipeline's batches hold 4 of the
+    odd-numbered pairs; a batch of tokens is split the same way."""
+    pairs = InMemoryPairs(letter_pairs([1, 2, 3, 4] * 20))
+    config = TrainingConfig(batch_size=8, max_length=6, shuffle_buffer=1)
+    share = jobs._training_data(pairs, LETTERS, LETTERS, config, TRANSLATION)
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2)
+    (sources, _), _ = next(iter(share(context)))
+    assert sources.shape[0] == 4
+    assert set(np.count_nonzero(sources.numpy(), axis=1)) <= {2, 4}  # pairs 1, 3, 5...: of 2 and 4 tokens
+    one = jobs._training_data(pairs, LETTERS, LETTERS, config, TRANSLATION)(tf.distribute.InputContext())
+    (sources, _), _ = next(iter(one))
+    assert sources.shape[0] == 8 and set(np.count_nonzero(sources.numpy(), axis=1)) == {1, 2, 3, 4}
+    by_tokens = TrainingConfig(batch_size=8, batch_tokens=24, max_length=6, shuffle_buffer=1)
+    (sources, _), _ = next(iter(jobs._training_data(pairs, LETTERS, LETTERS, by_tokens, TRANSLATION)(context)))
+    assert sources.shape[0] * sources.shape[1] <= 12  # 24 tokens a side, halved
