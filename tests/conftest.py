@@ -260,8 +260,9 @@ def clean_run(tmp_path_factory):
     return out, printed.getvalue()
 
 
-def tensorboard_epoch_scalars(folder):
-    """{tag: its values in step order} of the `epoch_*` scalars in the TensorBoard event files in `folder`."""
+def tensorboard_epoch_scalars(folder, steps=False):
+    """{tag: its values in step order} of the `epoch_*` scalars in the TensorBoard event files in `folder`
+    ({tag: {step: value}} with `steps`)."""
     import tensorflow as tf
 
     values = {}
@@ -271,4 +272,6 @@ def tensorboard_epoch_scalars(folder):
             for value in event.summary.value:
                 if value.tag.startswith("epoch_"):
                     values.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+    if steps:
+        return values
     return {tag: [by_step[step] for step in sorted(by_step)] for tag, by_step in values.items()}

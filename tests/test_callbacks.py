@@ -18,6 +18,7 @@ from kformer.training import callbacks
 from kformer.training.callbacks import (
     Backup,
     CheckpointAverage,
+    DamagedBackup,
     TensorBoard,
     TimeBudget,
     TrainingDiverged,
@@ -217,8 +218,9 @@ def test_each_epochs_summaries_are_written_though_its_last_step_is_no_multiple_o
     x = np.random.default_rng(0).standard_normal((12, 3)).astype("float32")
     board = TensorBoard(str(tmp_path), update_freq=100)
     history = model.fit(x, x[:, :2], batch_size=4, epochs=2, verbose=0, callbacks=[board])  # 3 steps an epoch
-    written = tensorboard_epoch_scalars(tmp_path / "train")
-    np.testing.assert_allclose(written["epoch_loss"], history.history["loss"], rtol=1e-6)
+    written = tensorboard_epoch_scalars(tmp_path / "train", steps=True)
+    assert list(written["epoch_loss"]) == [0, 1]  # each at its epoch's number
+    np.testing.assert_allclose(list(written["epoch_loss"].values()), history.history["loss"], rtol=1e-6)
     assert len(written["epoch_learning_rate"]) == 2
 
 
@@ -369,3 +371,57 @@ def test_a_second_ctrl_c_acts_at_once(tmp_path):
         assert calls == [signal.SIGINT] * 2
     finally:
         signal.signal(signal.SIGINT, outer)
+
+
+def test_several_workers_stop_together_by_what_they_were_told_in_common_not_by_their_own_signal(tmp_path):
+    """Under `fit_across_workers` each step's all-reduce says whether any worker was interrupted (`shared_interrupted`);
+    a worker goes by that, not by its own Ctrl-C."""
+    model = small_model()
+    backup = Backup(tmp_path, every_steps=1000)
+    backup.set_model(model)
+    backup.on_train_begin()
+    trained_step(model)
+    backup.shared_interrupted = False
+    with backup.guard_interrupts():
+        signal.raise_signal(signal.SIGINT)  # this worker's own: not yet agreed
+        backup.on_train_batch_end(0, {"loss": 1.0})
+        backup.shared_interrupted = True
+        with pytest.raises(TrainingInterrupted, match="^interrupted at step 1;"):
+            backup.on_train_batch_end(0, {"loss": 1.0})
+    other = Backup(tmp_path / "other", write=False)  # another worker, told by the chief's signal
+    other.set_model(model)
+    other.on_train_begin()
+    other.shared_interrupted = True
+    with pytest.raises(TrainingInterrupted):
+        other.on_epoch_end(0)
+
+
+def test_a_backup_from_before_state_json_named_its_weights_reads_latest_weights(tmp_path):
+    model = small_model()
+    trained_step(model, steps=2)
+    model.save_weights(tmp_path / "latest.weights.h5")
+    (tmp_path / "state.json").write_text(json.dumps({"epoch": 1, "step": 2, "seconds": 3.0}))
+    resumed = small_model()
+    assert Backup(tmp_path).restore(resumed) == 1
+    for got, expected in zip(resumed.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    "state, weights, message",
+    [
+        ("{not json", None, "{state}: not a backup's state (JSONDecodeError("),
+        ('{"epoch": 1, "step": 2}', None, "{state}: not a backup's state (KeyError('seconds'))"),
+        ('{"epoch": 1, "step": 2, "seconds": 1.0, "weights": "step-2.weights.h5"}', None,
+         "{folder}/step-2.weights.h5: missing, though state.json names it"),
+        ('{"epoch": 1, "step": 2, "seconds": 1.0, "weights": "step-2.weights.h5"}', b"half a file",
+         "{folder}/step-2.weights.h5: cannot be read ("),
+    ],
+)  # fmt: skip
+def test_a_damaged_backup_names_the_file_and_what_is_wrong_with_it(tmp_path, state, weights, message):
+    (tmp_path / "state.json").write_text(state)
+    if weights is not None:
+        (tmp_path / "step-2.weights.h5").write_bytes(weights)
+    with pytest.raises(DamagedBackup) as raised:
+        Backup(tmp_path).restore(small_model())
+    assert str(raised.value).startswith(message.format(state=tmp_path / "state.json", folder=tmp_path))
