@@ -63,17 +63,19 @@ def run_steps(budget, model, clock, ends, logs=None):
 def test_the_budgets_line_every_twentieth_of_the_budget_and_at_each_epochs_end(clock, capsys):
     model = small_model()
     budget = TimeBudget(minutes=1.0, verbose=2)  # a line every 3 s of the 60
-    # The first step ends at 101 (the clock starts there); then 1.5, 3, 4, 6 and 8.5 s into the budget.
-    run_steps(budget, model, clock, [101.0, 102.5, 104.0, 105.0, 107.0, 109.5], {"loss": 0.123456})
+    assert budget.expired is False  # not before a step has run
+    # The first step ends at 101 (the clock starts there); then 1.5, 3, 4, 5.9, 6 and 8.5 s into the budget.
+    run_steps(budget, model, clock, [101.0, 102.5, 104.0, 105.0, 106.9, 107.0, 109.5], {"loss": 0.123456})
+    assert budget.first_step_seconds == 1.0  # train begin at 100
     budget.on_epoch_end(0, {"loss": 0.5, "val_chrf": 41.25})
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
         # 3 s gone: 57 s left, round(24 * 3 / 60) = 1 of the 24 marks
         "0:57 left ━" + "─" * 23 + " step 3  loss 0.1235",
-        # 6 s: 54 left, round(2.4) = 2 marks
-        "0:54 left ━━" + "─" * 22 + " step 5  loss 0.1235",
+        # 6 s: 54 left, round(2.4) = 2 marks (not at 5.9 s: 2.9 s after the last line)
+        "0:54 left ━━" + "─" * 22 + " step 6  loss 0.1235",
         # the epoch's end, whenever it falls: 8.5 s, 51.5 left, round(3.4) = 3 marks
-        "0:51 left ━━━" + "─" * 21 + " step 6  loss 0.5  val_chrf 41.25  (epoch 1 done)",
+        "0:51 left ━━━" + "─" * 21 + " step 7  loss 0.5  val_chrf 41.25  (epoch 1 done)",
     ]
 
 
@@ -99,6 +101,16 @@ def test_a_quiet_budget_prints_nothing_and_a_spent_one_shows_a_full_bar(clock, c
     run_steps(budget, model, clock, [1.0, 40.0])
     assert budget.expired and model.stop_training
     assert capsys.readouterr().out == "0:00 left " + "━" * 24 + " step 2  \n"
+    run_steps(TimeBudget(minutes=0, verbose=2), small_model(), clock, [1.0])  # no time at all: a full bar
+    assert capsys.readouterr().out == "0:00 left " + "━" * 24 + " step 1  \n"
+
+
+def test_under_several_workers_the_budget_goes_by_their_shared_clock(clock):
+    model = small_model()
+    budget = TimeBudget(minutes=1.0)
+    budget.shared_seconds = 61.0  # the workers' mean, set by fit_across_workers before each step's end
+    run_steps(budget, model, clock, [101.0])  # this worker's own clock: 0 s
+    assert budget.expired and budget.elapsed == 61.0
 
 
 def test_the_budget_moves_the_schedules_end_to_where_the_time_runs_out_at_the_pace_of_its_last_steps(clock):
@@ -137,6 +149,19 @@ def test_a_resumed_budget_ends_the_schedule_at_the_pace_of_the_run_before_the_re
     clock.now = 210.0
     budget.on_train_batch_end(1, None)
     assert budget.elapsed == 35.0
+    unscheduled = TimeBudget(minutes=1.0, spent_seconds=25.0)  # resumed without a budget schedule: nothing to end
+    unscheduled.set_model(model)
+    unscheduled.on_train_begin()
+
+
+def test_the_pace_is_that_of_the_last_200_steps_by_default(clock):
+    """100 steps of 2 s, then 200 of 1 s: the default window sees only the 1-second ones."""
+    model = small_model()
+    schedule = BudgetSchedule(64, total_steps=1e6, warmup_steps=4)
+    budget = TimeBudget(minutes=10.0, schedule=schedule)
+    run_steps(budget, model, clock, [2.0 * step for step in range(101)] + [200.0 + step for step in range(1, 200)])
+    assert budget.elapsed == 399.0  # 300 steps: 201 s left at a second a step
+    assert float(schedule.total_steps.numpy()) == 300 + 201 + 1
 
 
 def test_a_budget_ignores_a_schedule_that_is_not_the_budgets():
@@ -279,7 +304,20 @@ def test_a_restored_backup_goes_on_from_its_step_and_its_seconds(tmp_path, clock
     clock.now = 203.0
     backup.save(2)
     assert json.loads((folder / "state.json").read_text())["seconds"] == 15.0
-    assert Backup(tmp_path / "none").restore(small_model()) == 0  # nothing to resume
+    fresh = Backup(tmp_path / "none")
+    assert fresh.restore(small_model()) == 0 and fresh.restored_step is None  # nothing to resume
+
+
+def test_by_default_a_backup_is_written_every_500_steps(tmp_path):
+    model = small_model()
+    backup = Backup(tmp_path)
+    backup.set_model(model)
+    backup.on_train_begin()
+    assert backup.interrupted is False
+    for step in (499, 500):
+        model.optimizer.iterations.assign(step)
+        backup.on_train_batch_end(0, {"loss": 1.0})
+        assert backup.saved_step() == (500 if step == 500 else 0)
 
 
 def test_a_backup_does_not_write_where_it_is_told_not_to_nor_weights_that_are_not_finite(tmp_path):
