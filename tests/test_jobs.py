@@ -5,6 +5,7 @@ resume in a fresh process) are in test_cli.py, test_resilience.py and test_setti
 """
 
 import csv
+import json
 import random
 from types import SimpleNamespace
 
@@ -20,7 +21,7 @@ from kformer.data.text import Tokenizer
 from kformer.model_dir import RunDirectory
 from kformer.training import jobs
 from kformer.training.callbacks import Backup, CheckpointAverage, TensorBoard, TimeBudget
-from kformer.training.config import TrainingConfig
+from kformer.training.config import ConfigError, TrainingConfig
 from kformer.training.objectives import BudgetSchedule, TransformerSchedule
 from kformer.training.tasks import LANGUAGE_MODEL, TRANSLATION
 
@@ -267,3 +268,93 @@ def test_each_worker_reads_its_share_in_batches_of_its_replicas_part(tmp_path):
     by_tokens = TrainingConfig(batch_size=8, batch_tokens=24, max_length=6, shuffle_buffer=1)
     (sources, _), _ = next(iter(jobs._training_data(pairs, LETTERS, LETTERS, by_tokens, TRANSLATION)(context)))
     assert sources.shape[0] * sources.shape[1] <= 12  # 24 tokens a side, halved
+
+
+PAIRS = [("a b", "c d"), ("b c", "d e"), ("c d", "e f")]
+
+
+@pytest.fixture
+def handed(monkeypatch):
+    """What the jobs hand to `_train` (stubbed: nothing trains), one (args, kwargs) a call."""
+    calls = []
+    monkeypatch.setattr(jobs, "_train", lambda *args, **kwargs: calls.append((args, kwargs)) or "trained")
+    return calls
+
+
+def test_train_translator_hands_its_pairs_settings_and_callbacks_to_the_run(tmp_path, handed):
+    config, own = TrainingConfig(epochs=2), [keras.callbacks.Callback()]
+    result = jobs.train_translator({"train": PAIRS, "valid": PAIRS[:1]}, tmp_path / "a", config, 0, callbacks=own)
+    assert result == "trained"
+    jobs.train_translator({"train": PAIRS}, tmp_path / "b")
+    (task, train, valid, run, given, verbose, base, callbacks), _ = handed[0]
+    assert (task, list(train), valid, run.root, given, verbose, base, callbacks) == (
+        TRANSLATION, PAIRS, PAIRS[:1], tmp_path / "a", config, 0, None, own
+    )  # fmt: skip
+    (_, _, valid, run, given, verbose, _, callbacks), _ = handed[1]
+    assert (valid, run.root, given, verbose, callbacks) == ([], tmp_path / "b", TrainingConfig(), 1, ())
+    assert (tmp_path / "a" / "training" / "run.json").is_file()  # claimed for a translator
+
+
+def test_train_language_model_hands_its_lines_settings_and_callbacks_to_the_run(tmp_path, handed):
+    config, own = TrainingConfig(epochs=2), [keras.callbacks.Callback()]
+    lines = ["a b c", "b c d"]
+    jobs.train_language_model(lines, tmp_path / "a", config, 0, valid_lines=("c d e",), callbacks=own)
+    jobs.train_language_model(lines, tmp_path / "b")
+    (task, train, valid, run, given, verbose), kwargs = handed[0]
+    assert (task, list(train), valid, run.root, given, verbose, kwargs) == (
+        LANGUAGE_MODEL, lines, ["c d e"], tmp_path / "a", config, 0, {"callbacks": own}
+    )  # fmt: skip
+    (_, _, valid, _, given, verbose), kwargs = handed[1]
+    assert (valid, given, verbose, kwargs) == ([], TrainingConfig(), 1, {"callbacks": ()})
+
+
+@pytest.mark.parametrize("job", ["translator", "language model"])
+def test_a_finished_model_is_kept_unless_told_to_overwrite_and_a_worker_prepares_nothing(
+    tmp_path, handed, monkeypatch, job
+):
+    def train(out, **settings):
+        if job == "translator":
+            return jobs.train_translator({"train": PAIRS}, out, **settings)
+        return jobs.train_language_model(["a b c"], out, **settings)
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text('{"kind": "translator"}')
+    with pytest.raises(jobs.ModelDirectoryError, match="already holds a trained model"):
+        train(out)
+    assert train(out, overwrite=True) == "trained" and not (out / "config.json").exists()
+    cluster = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
+    worker = tmp_path / "worker"
+    worker.mkdir()
+    assert train(worker, config=TrainingConfig(strategy="multiworker")) == "trained"
+    assert list(worker.iterdir()) == []  # neither locked nor prepared: the chief does that
+
+
+def test_the_jobs_refuse_what_they_cannot_train_in_one_sentence(tmp_path, handed):
+    for splits in ([("a", "b")], {"valid": PAIRS}):
+        with pytest.raises(DataError) as raised:
+            jobs.train_translator(splits, tmp_path / "out")
+        assert str(raised.value) == (
+            'splits must be a dict {"train": pairs, "valid": pairs (optional)}, as split_pairs returns.'
+        )
+    with pytest.raises(DataError) as raised:
+        jobs.train_translator({"train": []}, tmp_path / "out")
+    assert str(raised.value) == "the training split is empty; give more sentence pairs."
+    with pytest.raises(DataError) as raised:
+        jobs.train_language_model([], tmp_path / "out")
+    assert str(raised.value) == "no text to train on; give at least one line."
+    for name, lines, valid in (("lines", "one string", ()), ("valid_lines", ["a b"], [b"bytes"])):
+        with pytest.raises(DataError) as raised:
+            jobs.train_language_model(lines, tmp_path / "out", valid_lines=valid)
+        assert str(raised.value) == f"{name} must be a list of strings, one line of text each."
+    assert handed == [] and not (tmp_path / "out" / "config.json").exists()
+
+
+def test_a_model_from_before_the_shared_vocabulary_was_recorded_had_separate_ones(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"kind": "translator", "training": {"d_model": 32}}))
+    with pytest.raises(ConfigError, match="asks for True, but the model in .* has False"):
+        jobs.refuse_new_architecture(tmp_path, {"shared_vocab": True})
+    jobs.refuse_new_architecture(tmp_path, {"shared_vocab": False, "d_model": 32})
+    with pytest.raises(ConfigError, match="asks for 64, but the model in .* has 32"):
+        jobs.refuse_new_architecture(tmp_path, {"d_model": 64})
