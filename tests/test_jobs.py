@@ -5,6 +5,7 @@ resume in a fresh process) are in test_cli.py, test_resilience.py and test_setti
 """
 
 import csv
+import dataclasses
 import json
 import random
 from types import SimpleNamespace
@@ -18,7 +19,7 @@ from conftest import VOCAB
 from kformer.data.pairs import DataError
 from kformer.data.stream import InMemoryPairs
 from kformer.data.text import Tokenizer
-from kformer.model_dir import RunDirectory
+from kformer.model_dir import RunDirectory, load
 from kformer.training import jobs
 from kformer.training.callbacks import Backup, CheckpointAverage, TensorBoard, TimeBudget
 from kformer.training.config import ConfigError, TrainingConfig
@@ -358,3 +359,58 @@ def test_a_model_from_before_the_shared_vocabulary_was_recorded_had_separate_one
     jobs.refuse_new_architecture(tmp_path, {"shared_vocab": False, "d_model": 32})
     with pytest.raises(ConfigError, match="asks for 64, but the model in .* has 32"):
         jobs.refuse_new_architecture(tmp_path, {"d_model": 64})
+
+
+WORDS = [("the cat sleeps", "el gato duerme"), ("a dog runs", "un perro corre"), ("the bird sings", "el pájaro canta")]
+TINY = dict(d_model=16, num_heads=2, num_layers=1, d_ff=32, source_vocab_size=40, target_vocab_size=40)
+
+
+class Steps(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+
+
+def test_a_translators_run_from_its_vocabularies_to_its_model_directory(tmp_path, capsys):
+    """Two steps of a tiny translator, in-process: what it prints, records and saves."""
+    config = TrainingConfig(**TINY, epochs=1, steps_per_epoch=2, batch_size=4, max_length=12, jit_compile=False)
+    own = Steps()
+    out = tmp_path / "out"
+    trained = jobs.train_translator({"train": WORDS * 10, "valid": WORDS[:2]}, out, config, callbacks=[own])
+    printed = capsys.readouterr().out
+    assert own.steps == 2
+    assert (
+        f"Training a {trained.model.count_params():,}-parameter translator on 30 pairs (2 steps an epoch, float32 "
+        "without XLA, strategy default) ...\n"
+    ) in printed
+    assert printed.count("Learning a 40-token WordPiece vocabulary from 30 sentences ...") == 2
+    assert {name: trained.model.get_config()[name] for name in TINY if "vocab" not in name} == {
+        "d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32
+    }  # fmt: skip
+    recorded = trained.config
+    assert (recorded["kind"], recorded["max_length"], recorded["training"]) == (
+        "translator", 12, dataclasses.asdict(config)
+    )  # fmt: skip
+    result = recorded["result"]
+    assert (result["steps"], result["epochs_run"], result["pairs_left_out"]) == (2, 1, 0)
+    assert 0.0 <= result["val_chrf_kept"] <= 100.0 and "val_loss" in result
+    again = load(out)  # saved: the same model, vocabularies and record; the backup gone
+    assert again.config == {"max_length": 12, **{k: v for k, v in recorded.items() if k != "max_length"}}
+    assert again.source_tokenizer.vocabulary == trained.source_tokenizer.vocabulary
+    assert not RunDirectory(out).backup.exists()
+
+
+def test_a_language_models_run_scores_its_held_out_lines(tmp_path, capsys):
+    config = TrainingConfig(**TINY, epochs=1, steps_per_epoch=2, batch_size=4, max_length=12, jit_compile=False)
+    lines = [target for _, target in WORDS] * 10
+    trained = jobs.train_language_model(lines, tmp_path / "lm", config, valid_lines=lines[:2], verbose=0)
+    assert capsys.readouterr().out == ""
+    assert trained.source_tokenizer is None and trained.config["kind"] == "language_model"
+    result = trained.config["result"]
+    assert result["steps"] == 2 and result["val_perplexity"] > 1.0 and "val_chrf_kept" not in result
+    assert sorted(path.name for path in (tmp_path / "lm").iterdir()) == [
+        "config.json", "learning_curves.png", "model.keras", "target_vocab.txt", "training"
+    ]  # fmt: skip
