@@ -355,3 +355,95 @@ def test_the_loop_for_workers_calls_the_same_callbacks_as_fit_and_ends_as_fit_do
             assert "val_loss" in keys and val_loss == pytest.approx(fit_val_loss, rel=1e-5)
     for got, expected in zip(weights, fit_weights, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def counting_model():
+    """A one-weight linear model of SGD steps, on batches whose feature is the batch's index."""
+    import tensorflow as tf
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.MeanSquaredError())  # the loop calls model.loss
+    indices = tf.data.Dataset.range(1000).map(lambda i: (tf.fill([1, 1], tf.cast(i, tf.float32)), tf.ones([1, 1])))
+    return model, lambda context: indices
+
+
+class Seen(keras.callbacks.Callback):
+    """The (epoch, batch) of each train batch's end, and each epoch's end."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches, self.epochs = [], []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.append((self.epoch, batch))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append((epoch, logs["loss"]))
+
+
+def test_the_loop_for_workers_resumed_mid_epoch_reads_past_the_steps_done_and_ends_that_epoch():
+    """Resumed at step 6 of 4-step epochs: epoch 1 goes on at its batch 2, reading from the 7th batch; the epoch's
+    loss is the mean over the batches run since."""
+    from kformer.training.distribute import fit_across_workers
+
+    model, data = counting_model()
+    seen = Seen()
+    fit_across_workers(model, data, 3, 4, [seen], initial_step=6, verbose=0)
+    assert seen.batches == [(1, 2), (1, 3), (2, 0), (2, 1), (2, 2), (2, 3)]
+    assert [epoch for epoch, _ in seen.epochs] == [1, 2]
+    # The first step saw feature 6: its gradient 2 * (0 - 1) * 6 = -12, so SGD(0.01) sets the weight to 0.12.
+    model2, _ = counting_model()
+    fit_across_workers(model2, data, 2, 4, [], initial_step=6, verbose=0)  # one step less: epoch 1 only
+    assert float(model2.get_weights()[0][0, 0]) == pytest.approx(0.12 - 0.01 * 2 * (0.12 * 7 - 1) * 7, rel=1e-5)
+    # Saved at an epoch's last step before that epoch's end ran (the backup's epoch 1 at step 4): epoch 1 first ends.
+    seen = Seen()
+    fit_across_workers(*counting_model(), 2, 4, [seen], initial_step=4, initial_epoch=0, verbose=0)
+    assert seen.batches == [(1, 0), (1, 1), (1, 2), (1, 3)] and seen.epochs[0][0] == 0
+    assert np.isnan(seen.epochs[0][1])  # its loss is not known
+
+
+def test_the_loop_for_workers_stops_at_the_budgets_step_and_on_an_interrupt_saves_and_stops(tmp_path):
+    import signal
+
+    from kformer.training.callbacks import Backup, TimeBudget, TrainingInterrupted
+    from kformer.training.distribute import fit_across_workers
+
+    model, data = counting_model()
+    budget, seen = TimeBudget(minutes=0.0), Seen()
+    fit_across_workers(model, data, 5, 4, [seen, budget], budget=budget, verbose=0)
+    assert seen.batches == [(0, 0)] and budget.expired  # no time: one step, then every worker stops
+    assert budget.shared_seconds == 0.0  # the workers' mean clock, which starts at the first step's end
+
+    model, data = counting_model()
+    backup = Backup(tmp_path, every_steps=1000)
+    ctrl_c = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: batch == 1 and signal.raise_signal(signal.SIGINT)
+    )
+    with pytest.raises(TrainingInterrupted, match="^interrupted at step 3;"), backup.guard_interrupts():
+        fit_across_workers(model, data, 5, 4, [ctrl_c, backup], backup=backup, verbose=0)
+    assert backup.saved_step() == 3  # told at step 2's end, agreed in step 3's all-reduce, saved there
+    assert int(model.optimizer.iterations.numpy()) == 3
+
+
+def test_a_lost_worker_is_one_sentence_naming_the_step_the_error_and_the_backup(tmp_path):
+    import tensorflow as tf
+
+    from kformer.training.callbacks import Backup
+    from kformer.training.distribute import _worker_lost
+
+    error = tf.errors.UnavailableError(None, None, "Socket closed\nlong TensorFlow trace")
+    assert str(_worker_lost(1234, None, error)) == (
+        "another worker stopped answering at step 1,234 (UnavailableError: Socket closed): it was killed, or it "
+        "failed and its own output says why; there is no backup to resume from yet; run the same command on every "
+        "worker to start again."
+    )
+    (tmp_path / "state.json").write_text('{"step": 1200, "epoch": 3, "seconds": 1.0, "weights": "w"}')
+    blank = tf.errors.DeadlineExceededError(None, None, "")
+    assert str(_worker_lost(1234, Backup(tmp_path), blank)) == (
+        "another worker stopped answering at step 1,234 (DeadlineExceededError: DeadlineExceededError): it was "
+        f"killed, or it failed and its own output says why; the run is saved at step 1,200 in {tmp_path}; run the "
+        "same command on every worker to resume it."
+    )
