@@ -14,12 +14,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import VOCAB
+from conftest import VOCAB, copy_task_model
 
 from kformer.data.pairs import DataError
 from kformer.data.stream import InMemoryPairs
 from kformer.data.text import Tokenizer
-from kformer.model_dir import RunDirectory, load
+from kformer.model_dir import RunDirectory, TrainedModel, load
 from kformer.training import jobs
 from kformer.training.callbacks import Backup, CheckpointAverage, TensorBoard, TimeBudget
 from kformer.training.config import ConfigError, TrainingConfig
@@ -414,3 +414,16 @@ def test_a_language_models_run_scores_its_held_out_lines(tmp_path, capsys):
     assert sorted(path.name for path in (tmp_path / "lm").iterdir()) == [
         "config.json", "learning_curves.png", "model.keras", "target_vocab.txt", "training"
     ]  # fmt: skip
+
+
+def test_fine_tuning_hands_the_base_model_and_its_architecture_to_the_run(tmp_path, handed):
+    copy = copy_task_model()
+    architecture = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, norm_first=False, tie_embeddings=False)
+    recorded = {"kind": "translator", "max_length": 12, "training": architecture}
+    TrainedModel(copy.model, copy.source_tokenizer, copy.target_tokenizer, recorded).save(tmp_path / "base")
+    config = TrainingConfig(init_from=str(tmp_path / "base"))
+    jobs.train_translator({"train": PAIRS}, tmp_path / "out", config, verbose=0)
+    (_, _, _, run, given, _, base, _), _ = handed[0]
+    assert base.source_tokenizer.vocabulary == VOCAB and base.config["training"] == architecture
+    assert (given.d_model, given.num_heads, given.d_ff, given.source_vocab_size) == (32, 4, 64, len(VOCAB))
+    assert sorted(path.name for path in run.root.iterdir()) == ["source_vocab.txt", "target_vocab.txt", "training"]
