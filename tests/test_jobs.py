@@ -17,6 +17,7 @@ import tensorflow as tf
 from conftest import VOCAB, copy_task_model
 
 from kformer.data.pairs import DataError
+from kformer.data.pipeline import batches_per_epoch
 from kformer.data.stream import InMemoryPairs
 from kformer.data.text import Tokenizer
 from kformer.model_dir import RunDirectory, TrainedModel, load
@@ -258,16 +259,16 @@ def test_each_worker_reads_its_share_in_batches_of_its_replicas_part(tmp_path):
     odd-numbered pairs; a batch of tokens is split the same way."""
     pairs = InMemoryPairs(letter_pairs([1, 2, 3, 4] * 20))
     config = TrainingConfig(batch_size=8, max_length=6, shuffle_buffer=1)
-    share = jobs._training_data(pairs, LETTERS, LETTERS, config, TRANSLATION)
+    share = jobs._training_data(pairs, LETTERS, LETTERS, config)
     context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2)
     (sources, _), _ = next(iter(share(context)))
     assert sources.shape[0] == 4
     assert set(np.count_nonzero(sources.numpy(), axis=1)) <= {2, 4}  # pairs 1, 3, 5...: of 2 and 4 tokens
-    one = jobs._training_data(pairs, LETTERS, LETTERS, config, TRANSLATION)(tf.distribute.InputContext())
+    one = jobs._training_data(pairs, LETTERS, LETTERS, config)(tf.distribute.InputContext())
     (sources, _), _ = next(iter(one))
     assert sources.shape[0] == 8 and set(np.count_nonzero(sources.numpy(), axis=1)) == {1, 2, 3, 4}
     by_tokens = TrainingConfig(batch_size=8, batch_tokens=24, max_length=6, shuffle_buffer=1)
-    (sources, _), _ = next(iter(jobs._training_data(pairs, LETTERS, LETTERS, by_tokens, TRANSLATION)(context)))
+    (sources, _), _ = next(iter(jobs._training_data(pairs, LETTERS, LETTERS, by_tokens)(context)))
     assert sources.shape[0] * sources.shape[1] <= 12  # 24 tokens a side, halved
 
 
@@ -374,43 +375,83 @@ class Steps(keras.callbacks.Callback):
         self.steps += 1
 
 
-def test_a_translators_run_from_its_vocabularies_to_its_model_directory(tmp_path, capsys):
-    """Two steps of a tiny translator, in-process: what it prints, records and saves."""
-    config = TrainingConfig(**TINY, epochs=1, steps_per_epoch=2, batch_size=4, max_length=12, jit_compile=False)
-    own = Steps()
-    out = tmp_path / "out"
-    trained = jobs.train_translator({"train": WORDS * 10, "valid": WORDS[:2]}, out, config, callbacks=[own])
+def test_a_translators_run_from_its_vocabularies_to_its_model_directory(tmp_path, capsys, monkeypatch):
+    """One epoch of a tiny translator, in-process: what it prints, records and saves. 31 pairs, one with a source
+    too long for 12 tokens: 30 in batches of 16 are 2 steps."""
+    config = TrainingConfig(**TINY, epochs=1, batch_size=16, max_length=12, jit_compile=False)
+    asked_space = []
+    monkeypatch.setattr(jobs, "require_space", lambda *asked: asked_space.append(asked))
+    own, out = Steps(), tmp_path / "out"
+    long = ("one two three four five six seven eight nine ten eleven twelve thirteen", "corto")
+    splits = {"train": WORDS * 10 + [long], "valid": WORDS[:2]}
+    trained = jobs.train_translator(splits, out, config, callbacks=[own])
     printed = capsys.readouterr().out
     assert own.steps == 2
     assert (
-        f"Training a {trained.model.count_params():,}-parameter translator on 30 pairs (2 steps an epoch, float32 "
+        f"Training a {trained.model.count_params():,}-parameter translator on 31 pairs (2 steps an epoch, float32 "
         "without XLA, strategy default) ...\n"
     ) in printed
-    assert printed.count("Learning a 40-token WordPiece vocabulary from 30 sentences ...") == 2
+    assert "Sentences of up to 12 tokens: 1 of 31 training pairs (3.23%) are longer and left out;" in printed
+    assert printed.count("Learning a 40-token WordPiece vocabulary from 31 sentences ...") == 2
     assert {name: trained.model.get_config()[name] for name in TINY if "vocab" not in name} == {
         "d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32
     }  # fmt: skip
+    # model.keras, the best weights and the backup with Adam's two moments: 8 copies of 4-byte weights.
+    assert asked_space == [(out, 32 * trained.model.count_params(), "training this model")]
     recorded = trained.config
     assert (recorded["kind"], recorded["max_length"], recorded["training"]) == (
         "translator", 12, dataclasses.asdict(config)
     )  # fmt: skip
     result = recorded["result"]
-    assert (result["steps"], result["epochs_run"], result["pairs_left_out"]) == (2, 1, 0)
+    assert (result["steps"], result["epochs_run"], result["pairs_left_out"]) == (2, 1, 1)
     assert 0.0 <= result["val_chrf_kept"] <= 100.0 and "val_loss" in result
+    assert RunDirectory(out).best_weights.is_file()
     again = load(out)  # saved: the same model, vocabularies and record; the backup gone
     assert again.config == {"max_length": 12, **{k: v for k, v in recorded.items() if k != "max_length"}}
     assert again.source_tokenizer.vocabulary == trained.source_tokenizer.vocabulary
     assert not RunDirectory(out).backup.exists()
 
 
+def test_a_run_stopped_by_a_callback_leaves_its_vocabularies_and_task_for_the_resume(tmp_path):
+    class Fails(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            raise RuntimeError("the user's logger failed")
+
+    config = TrainingConfig(**TINY, epochs=1, batch_size=16, max_length=12, jit_compile=False)
+    with pytest.raises(RuntimeError, match="the user's logger failed"):
+        jobs.train_translator({"train": WORDS * 10}, tmp_path / "out", config, verbose=0, callbacks=[Fails()])
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
+        "source_vocab.txt", "target_vocab.txt", "training"
+    ]  # fmt: skip
+
+
+def test_a_fine_tuning_run_starts_from_the_base_models_weights_and_tokenizers(tmp_path, capsys):
+    copy = copy_task_model()
+    architecture = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, norm_first=False, tie_embeddings=False)
+    recorded = {"kind": "translator", "max_length": 12, "training": architecture}
+    TrainedModel(copy.model, copy.source_tokenizer, copy.target_tokenizer, recorded).save(tmp_path / "base")
+    pairs = [("a b c", "a b c"), ("d e f", "d e f")] * 4
+    config = TrainingConfig(
+        init_from=str(tmp_path / "base"), epochs=1, batch_size=8, learning_rate_scale=1e-9, jit_compile=False
+    )
+    trained = jobs.train_translator({"train": pairs}, tmp_path / "out", config)
+    assert f"-parameter translator from {tmp_path / 'base'}, on 8 pairs (1 steps an epoch" in capsys.readouterr().out
+    assert trained.source_tokenizer.vocabulary == VOCAB and trained.max_length == 12  # the base model's limit
+    for tuned, base in zip(trained.model.get_weights(), copy.model.get_weights(), strict=True):
+        np.testing.assert_allclose(tuned, base, atol=1e-5)  # one step at a rate of almost nothing
+
+
 def test_a_language_models_run_scores_its_held_out_lines(tmp_path, capsys):
-    config = TrainingConfig(**TINY, epochs=1, steps_per_epoch=2, batch_size=4, max_length=12, jit_compile=False)
+    config = TrainingConfig(**TINY, epochs=1, batch_size=4, batch_tokens=16, max_length=12, jit_compile=False)
     lines = [target for _, target in WORDS] * 10
     trained = jobs.train_language_model(lines, tmp_path / "lm", config, valid_lines=lines[:2], verbose=0)
     assert capsys.readouterr().out == ""
     assert trained.source_tokenizer is None and trained.config["kind"] == "language_model"
     result = trained.config["result"]
-    assert result["steps"] == 2 and result["val_perplexity"] > 1.0 and "val_chrf_kept" not in result
+    # Batches of 16 tokens (not of 4 lines): the count the pipeline makes of them.
+    steps = batches_per_epoch(lines, None, trained.target_tokenizer, batch_size=4, max_length=12, batch_tokens=16)
+    assert steps != batches_per_epoch(lines, None, trained.target_tokenizer, batch_size=4, max_length=12)
+    assert result["steps"] == steps and result["val_perplexity"] > 1.0 and "val_chrf_kept" not in result
     assert sorted(path.name for path in (tmp_path / "lm").iterdir()) == [
         "config.json", "learning_curves.png", "model.keras", "target_vocab.txt", "training"
     ]  # fmt: skip

@@ -269,11 +269,10 @@ def test_each_worker_trains_on_its_own_share_of_the_pairs(tokenizer):
 
     from kformer.data.stream import InMemoryPairs
     from kformer.training.jobs import _training_data
-    from kformer.training.tasks import TRANSLATION
 
     pairs = InMemoryPairs((f"{first} {second}", "x") for first in WORDS for second in WORDS)
     config = TrainingConfig(batch_size=8, max_length=20, shuffle_buffer=1)  # a buffer of one: in order
-    shares = _training_data(pairs, tokenizer, tokenizer, config, TRANSLATION)
+    shares = _training_data(pairs, tokenizer, tokenizer, config)
     for index in (0, 1):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index, num_replicas_in_sync=2)
         (sources, _), _ = next(iter(shares(context)))

@@ -245,7 +245,7 @@ def _report(summary, epochs, curves, verbose):
         learning_curves(epochs, curves)
 
 
-def _training_data(pairs, source, target, config, task):
+def _training_data(pairs, source, target, config):
     """`input_context -> dataset`: the training batches of one worker's share of `pairs` (a `TrainingStream`'s
     or `InMemoryPairs`' `share`).
 
@@ -453,7 +453,7 @@ def _train(task, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
         model, schedule = _build(strategy, model_config, builder, sizes, steps_per_epoch, weights)
         # model.keras, the best weights, and the backup with Adam's two moments (twice while replacing it).
         require_space(out, 8 * 4 * model.count_params(), "training this model")
-        train = _training_data(pairs, source, target, config, task)
+        train = _training_data(pairs, source, target, config)
         if config.strategy != "multiworker":
             train = train(tf.distribute.InputContext())  # the one share: all of it
         valid, keeper = task.validation(valid_pairs, source, target, batches, run.best_weights)
