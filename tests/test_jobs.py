@@ -270,6 +270,12 @@ def test_each_worker_reads_its_share_in_batches_of_its_replicas_part(tmp_path):
     by_tokens = TrainingConfig(batch_size=8, batch_tokens=24, max_length=6, shuffle_buffer=1)
     (sources, _), _ = next(iter(jobs._training_data(pairs, LETTERS, LETTERS, by_tokens)(context)))
     assert sources.shape[0] * sources.shape[1] <= 12  # 24 tokens a side, halved
+    # The limit leaves out what does not fit (up to 3 tokens: targets of 2 and their [END]); a batch of one row.
+    short = TrainingConfig(batch_size=2, max_length=3, shuffle_buffer=1)
+    pairs = InMemoryPairs(letter_pairs([4, 1, 3, 2, 1, 4, 2, 3] * 2))  # the second share: 1, 2, 4, 3, 1, 2, 4, 3
+    batches = jobs._training_data(pairs, LETTERS, LETTERS, short)(context)
+    rows = [np.count_nonzero(sources.numpy(), axis=1).tolist() for (sources, _), _ in batches.take(4)]
+    assert rows == [[1], [2], [1], [2]]  # its pairs of 1 and 2 tokens, one a batch
 
 
 PAIRS = [("a b", "c d"), ("b c", "d e"), ("c d", "e f")]
