@@ -213,6 +213,7 @@ def test_a_spent_budget_says_why_the_run_stopped_and_warns_when_it_left_too_few_
     assert f"Warning: {warning}.\n" in capsys.readouterr().out
     budget = next(callback for callback in spy.asked["callbacks"] if isinstance(callback, TimeBudget))
     assert summary["first_step_seconds"] == round(budget.first_step_seconds, 1)
+    assert budget.verbose == 1  # the budget's line instead
 
 
 LETTERS = Tokenizer(VOCAB)  # one token a letter
@@ -431,11 +432,19 @@ def test_a_run_stopped_by_a_callback_leaves_its_vocabularies_and_task_for_the_re
     ]  # fmt: skip
 
 
-def test_a_fine_tuning_run_starts_from_the_base_models_weights_and_tokenizers(tmp_path, capsys):
+BASE_ARCHITECTURE = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, norm_first=False, tie_embeddings=False)
+
+
+def saved_base(folder):
+    """The copy task's model saved as `kformer train` would have: a model to fine-tune. Returns it."""
     copy = copy_task_model()
-    architecture = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, norm_first=False, tie_embeddings=False)
-    recorded = {"kind": "translator", "max_length": 12, "training": architecture}
-    TrainedModel(copy.model, copy.source_tokenizer, copy.target_tokenizer, recorded).save(tmp_path / "base")
+    recorded = {"kind": "translator", "max_length": 12, "training": BASE_ARCHITECTURE}
+    TrainedModel(copy.model, copy.source_tokenizer, copy.target_tokenizer, recorded).save(folder)
+    return copy
+
+
+def test_a_fine_tuning_run_starts_from_the_base_models_weights_and_tokenizers(tmp_path, capsys):
+    copy = saved_base(tmp_path / "base")
     pairs = [("a b c", "a b c"), ("d e f", "d e f")] * 4
     config = TrainingConfig(
         init_from=str(tmp_path / "base"), epochs=1, batch_size=8, learning_rate_scale=1e-9, jit_compile=False
@@ -464,13 +473,47 @@ def test_a_language_models_run_scores_its_held_out_lines(tmp_path, capsys):
 
 
 def test_fine_tuning_hands_the_base_model_and_its_architecture_to_the_run(tmp_path, handed):
-    copy = copy_task_model()
-    architecture = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, norm_first=False, tie_embeddings=False)
-    recorded = {"kind": "translator", "max_length": 12, "training": architecture}
-    TrainedModel(copy.model, copy.source_tokenizer, copy.target_tokenizer, recorded).save(tmp_path / "base")
+    saved_base(tmp_path / "base")
     config = TrainingConfig(init_from=str(tmp_path / "base"))
     jobs.train_translator({"train": PAIRS}, tmp_path / "out", config, verbose=0)
     (_, _, _, run, given, _, base, _), _ = handed[0]
-    assert base.source_tokenizer.vocabulary == VOCAB and base.config["training"] == architecture
+    assert base.source_tokenizer.vocabulary == VOCAB and base.config["training"] == BASE_ARCHITECTURE
     assert (given.d_model, given.num_heads, given.d_ff, given.source_vocab_size) == (32, 4, 64, len(VOCAB))
     assert sorted(path.name for path in run.root.iterdir()) == ["source_vocab.txt", "target_vocab.txt", "training"]
+
+
+def test_the_model_is_compiled_with_the_runs_loss_optimizer_and_schedule():
+    from kformer.model import build_transformer
+
+    config = TrainingConfig(
+        d_model=16, num_heads=2, num_layers=1, d_ff=32, label_smoothing=0.3, clipnorm=0.5, ema=0.9, epochs=2,
+        warmup_steps=7, jit_compile=False,
+    )  # fmt: skip
+    model, schedule = jobs._build(tf.distribute.get_strategy(), config, build_transformer, (20, 30), 50)
+    assert model.loss.label_smoothing == 0.3 and model.jit_compile is False
+    optimizer = model.optimizer
+    assert (optimizer.clipnorm, optimizer.use_ema, optimizer.ema_momentum) == (0.5, True, 0.9)
+    assert float(optimizer.learning_rate) == float(schedule(0))  # the rate it steps at now is the schedule's
+    assert isinstance(schedule, BudgetSchedule) and float(schedule.total_steps.numpy()) == 100  # 2 epochs of 50
+    np.testing.assert_allclose(rates(schedule), rates(BudgetSchedule(16, 100, 7)), rtol=1e-6)
+    plain = jobs._build(tf.distribute.get_strategy(), TrainingConfig(d_model=16, num_heads=2), build_transformer,
+                        (20, 30), 50)[0]  # fmt: skip
+    assert (plain.optimizer.clipnorm, plain.optimizer.use_ema, plain.loss.label_smoothing) == (None, False, 0.1)
+    weights = [np.full_like(w, 0.5) for w in model.get_weights()]
+    again, _ = jobs._build(tf.distribute.get_strategy(), config, build_transformer, (20, 30), 50, weights)
+    for got in again.get_weights():
+        np.testing.assert_array_equal(got, np.full_like(got, 0.5))
+
+
+def test_fit_runs_the_average_and_the_budget_with_the_runs_settings(tmp_path):
+    run = RunDirectory(tmp_path)
+    config = TrainingConfig(minutes=5.0, epochs=1, average=3, backup_steps=2, d_model=32, num_heads=2)
+    model, spy = spied_model()
+    schedule, keeper = BudgetSchedule(32, 1e9, 4), None
+    jobs._fit(model, schedule, counting_data(), None, 4, run, config, 2, keeper)
+    chain = spy.asked["callbacks"]
+    average = next(callback for callback in chain if isinstance(callback, CheckpointAverage))
+    budget = next(callback for callback in chain if isinstance(callback, TimeBudget))
+    assert (average.checkpoints.maxlen, average.every_steps, average.keeper) == (3, 2, None)
+    assert (budget.seconds, budget.schedule, budget.verbose) == (300.0, schedule, 0)  # epochs given: Keras's lines
+    assert spy.asked["verbose"] == 2
