@@ -138,7 +138,7 @@ def counting_data():
 
 def spied_model():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    model.compile(keras.optimizers.SGD(1e-4), "mse")
+    model.compile(keras.optimizers.SGD(1e-4), keras.losses.MeanSquaredError())  # the workers' loop calls it
     spy = FitSpy(model)
     model.fit = spy
     return model, spy
@@ -517,3 +517,46 @@ def test_fit_runs_the_average_and_the_budget_with_the_runs_settings(tmp_path):
     assert (average.checkpoints.maxlen, average.every_steps, average.keeper) == (3, 2, None)
     assert (budget.seconds, budget.schedule, budget.verbose) == (300.0, schedule, 0)  # epochs given: Keras's lines
     assert spy.asked["verbose"] == 2
+
+
+class Judge(keras.callbacks.Callback):
+    """A keeper with no record yet, judging every average at 55.0 (BestTranslations' `consider`)."""
+
+    best = -1.0
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs["val_chrf"] = 0.0  # what EarlyStopping watches
+
+    def consider(self, weights):
+        return 55.0
+
+
+def test_the_averages_score_is_in_the_summary(tmp_path):
+    config = TrainingConfig(epochs=1, average=2, backup_steps=2, d_model=32, num_heads=2)
+    model, _ = spied_model()
+    _, summary = jobs._fit(model, None, counting_data(), None, 4, RunDirectory(tmp_path), config, 0, Judge())
+    assert summary["val_chrf_average"] == 55.0
+
+
+def test_under_multiworker_fit_is_the_workers_loop_with_the_same_callbacks_and_resume(tmp_path):
+    """The loop `fit_across_workers` runs under the default strategy too: the job hands it what it hands fit."""
+    run = RunDirectory(tmp_path)
+    config = TrainingConfig(strategy="multiworker", epochs=2, backup_steps=1000, d_model=32, num_heads=2)
+    model, spy = spied_model()
+    own = Steps()
+    shares = lambda context: counting_data()  # noqa: E731
+    history, summary = jobs._fit(model, None, shares, counting_data().take(2), 4, run, config, 0, own=[own])
+    assert spy.asked == {} and own.steps == 8  # not model.fit: the loop, with the caller's callback
+    assert (summary["steps"], summary["epochs_run"]) == (8, 2) and len(history.history["val_loss"]) == 2
+    assert run.learning_curves.is_file() and RunDirectory(tmp_path).backup.is_dir()
+    # Resumed at step 6 (epoch 1's third batch): 2 more steps; the record read back holds both epochs.
+    saving = Backup(run.backup)
+    model.optimizer.iterations.assign(6)
+    saving.set_model(model)
+    saving.on_train_begin()
+    saving.save(1)
+    resumed, _ = spied_model()
+    own = Steps()
+    _, summary = jobs._fit(resumed, None, shares, None, 4, run, config, 0, own=[own])
+    assert own.steps == 2 and (summary["steps"], summary["resumed_from"]) == (8, 6)
+    assert summary["epochs_run"] == 2  # epoch 0 from before the restart, epoch 1 from after
