@@ -382,6 +382,7 @@ class Steps(keras.callbacks.Callback):
         self.steps += 1
 
 
+@pytest.mark.slow  # about 20 s: trains; the default suite ran 8 min 21 s with it
 def test_a_translators_run_from_its_vocabularies_to_its_model_directory(tmp_path, capsys, monkeypatch):
     """One epoch of a tiny translator, in-process: what it prints, records and saves. 31 pairs, one with a source
     too long for 12 tokens: 30 in batches of 16 are 2 steps."""
@@ -443,6 +444,7 @@ def saved_base(folder):
     return copy
 
 
+@pytest.mark.slow  # about 20 s: trains; the default suite ran 8 min 21 s with it
 def test_a_fine_tuning_run_starts_from_the_base_models_weights_and_tokenizers(tmp_path, capsys):
     copy = saved_base(tmp_path / "base")
     pairs = [("a b c", "a b c"), ("d e f", "d e f")] * 4
