@@ -82,11 +82,18 @@ def test_the_setup_seeds_everything_and_sets_the_precision_only_for_the_job():
 
 
 class Keeper(keras.callbacks.Callback):
-    """What `_callbacks` reads of `BestTranslations`: its best chrF so far (-1: none)."""
+    """What the job reads of `BestTranslations`: its best chrF so far (-1: none), each epoch's val_chrf (0 here,
+    for EarlyStopping to watch), and its judgement of an average (`consider`: 55.0 here)."""
 
-    def __init__(self, best):
+    def __init__(self, best=-1.0):
         super().__init__()
         self.best = best
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs["val_chrf"] = 0.0
+
+    def consider(self, weights):
+        return 55.0
 
 
 def test_the_chiefs_callbacks_in_their_order_with_the_runs_settings(tmp_path):
@@ -144,6 +151,16 @@ def spied_model():
     return model, spy
 
 
+def backed_up_at(run, step, epoch):
+    """`run`'s backup, as a run killed after `step` in `epoch` left it."""
+    model, _ = spied_model()
+    model.optimizer.iterations.assign(step)
+    saving = Backup(run.backup)
+    saving.set_model(model)
+    saving.on_train_begin()
+    saving.save(epoch)
+
+
 def test_fit_is_asked_for_the_runs_epochs_and_steps_and_its_result_summarised(tmp_path):
     run = RunDirectory(tmp_path)
     config = TrainingConfig(epochs=2, backup_steps=3)
@@ -178,12 +195,7 @@ def test_a_run_resumed_in_the_middle_of_an_epoch_reads_on_from_its_next_batch_an
 ):
     run = RunDirectory(tmp_path)
     config = TrainingConfig(epochs=3, backup_steps=1000, d_model=32, num_heads=2)
-    model, _ = spied_model()
-    model.fit(counting_data().take(6), epochs=1, verbose=0, shuffle=False)  # 6 steps: the second epoch's second
-    saving = Backup(run.backup)
-    saving.set_model(model)
-    saving.on_train_begin()
-    saving.save(1)
+    backed_up_at(run, step=6, epoch=1)  # the second epoch's second step
     resumed, spy = spied_model()
     schedule = BudgetSchedule(32, 12, 4)
     _, summary = jobs._fit(resumed, schedule, counting_data(), None, 4, run, config, 1)
@@ -521,22 +533,10 @@ def test_fit_runs_the_average_and_the_budget_with_the_runs_settings(tmp_path):
     assert spy.asked["verbose"] == 2
 
 
-class Judge(keras.callbacks.Callback):
-    """A keeper with no record yet, judging every average at 55.0 (BestTranslations' `consider`)."""
-
-    best = -1.0
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs["val_chrf"] = 0.0  # what EarlyStopping watches
-
-    def consider(self, weights):
-        return 55.0
-
-
 def test_the_averages_score_is_in_the_summary(tmp_path):
     config = TrainingConfig(epochs=1, average=2, backup_steps=2, d_model=32, num_heads=2)
     model, _ = spied_model()
-    _, summary = jobs._fit(model, None, counting_data(), None, 4, RunDirectory(tmp_path), config, 0, Judge())
+    _, summary = jobs._fit(model, None, counting_data(), None, 4, RunDirectory(tmp_path), config, 0, Keeper())
     assert summary["val_chrf_average"] == 55.0
 
 
@@ -550,13 +550,9 @@ def test_under_multiworker_fit_is_the_workers_loop_with_the_same_callbacks_and_r
     history, summary = jobs._fit(model, None, shares, counting_data().take(2), 4, run, config, 0, own=[own])
     assert spy.asked == {} and own.steps == 8  # not model.fit: the loop, with the caller's callback
     assert (summary["steps"], summary["epochs_run"]) == (8, 2) and len(history.history["val_loss"]) == 2
-    assert run.learning_curves.is_file() and RunDirectory(tmp_path).backup.is_dir()
+    assert run.learning_curves.is_file() and run.backup.is_dir()
     # Resumed at step 6 (epoch 1's third batch): 2 more steps; the record read back holds both epochs.
-    saving = Backup(run.backup)
-    model.optimizer.iterations.assign(6)
-    saving.set_model(model)
-    saving.on_train_begin()
-    saving.save(1)
+    backed_up_at(run, step=6, epoch=1)
     resumed, _ = spied_model()
     own = Steps()
     _, summary = jobs._fit(resumed, None, shares, None, 4, run, config, 0, own=[own])
