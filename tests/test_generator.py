@@ -130,6 +130,34 @@ def test_cached_and_uncached_generation_agree(random_lm):
         np.testing.assert_array_equal(cached.generate_ids(prompts), plain.generate_ids(prompts))
 
 
+def test_a_generators_defaults_are_50_greedy_tokens_through_the_cache_and_seed_0(random_lm, monkeypatch):
+    """Each default against its setting given: 50 new tokens, greedy (sampling at temperature 1 writes others),
+    the cached step (`use_cache=False` never calls it) and, when sampling, seed 0 (seed 1 draws others)."""
+    prompts = tf.constant([[5, 6, 7], [8, 0, 0]], tf.int32)
+    steps = count_decode_steps(random_lm.model.get_layer("decoder"), monkeypatch)
+
+    def ids(**settings):
+        generator = Generator(random_lm, stop_token="[UNK]", **settings)  # held: its tf.function holds it weakly
+        return to_numpy(generator.generate_ids(prompts))
+
+    default = ids()
+    assert default.shape == (2, 50) and steps  # traced through the cached step
+    steps.clear()
+    assert np.array_equal(ids(use_cache=False), default) and not steps
+    assert np.array_equal(ids(max_new_tokens=50, temperature=0.0), default)
+    assert not np.array_equal(ids(temperature=1.0), default)
+    sampled = ids(temperature=1.0, seed=0)
+    assert np.array_equal(ids(temperature=1.0), sampled) and not np.array_equal(ids(temperature=1.0, seed=1), sampled)
+
+
+def test_a_prompt_over_the_models_length_is_read_up_to_it(random_lm):
+    """random_lm's max_length is 16: a prompt of 20 letters is continued as its first 16 are."""
+    letters = [4 + i % 26 for i in range(20)]
+    generator = Generator(random_lm, max_new_tokens=6, stop_token="[UNK]")
+    cut = to_numpy(generator.generate_ids(tf.constant([letters[:16]], tf.int32)))
+    np.testing.assert_array_equal(to_numpy(generator.generate_ids(tf.constant([letters], tf.int32))), cut)
+
+
 def test_temperature_towards_zero_is_greedy(alphabet_lm):
     greedy = Generator(alphabet_lm).generate(PROMPTS)
     assert Generator(alphabet_lm, temperature=1e-3, seed=5).generate(PROMPTS) == greedy
@@ -181,6 +209,8 @@ def test_generation_stops_at_the_stop_token_and_the_budget(random_lm):
     assert PAD_ID not in full[:3], full  # at least three tokens written, so the cuts below are real
     short = Generator(random_lm, max_new_tokens=3, stop_token="[UNK]")
     assert [int(t) for t in to_numpy(short.generate_ids(prompt))[0]] == full[:3]
+    one = Generator(random_lm, max_new_tokens=1, stop_token="[UNK]")  # the least budget there is
+    assert [int(t) for t in to_numpy(one.generate_ids(prompt))[0]] == full[:1]
     # Stop at the first token of the run that was not written before it (never the first one).
     at = next(i for i in range(1, 6) if full[i] not in full[:i])
     assert at < 5  # so stopping there must change the output
@@ -263,8 +293,12 @@ def test_attention_maps_of_a_language_model_are_refused_by_name(random_lm):
 def test_a_translator_is_not_a_language_model(random_lm):
     from conftest import copy_task_model
 
-    with pytest.raises(ValueError, match="needs a language model"):
-        Generator(copy_task_model())
+    translator = copy_task_model()
+    refusal = r"^Generator needs a language model \(kformer train --task lm\), got a "
+    with pytest.raises(ValueError, match=refusal + r"translator\.$"):
+        Generator(translator)
+    with pytest.raises(ValueError, match=refusal + r"Transformer\.$"):
+        Generator(translator.model)  # a Keras model, not a loaded model directory
     with pytest.raises(ValueError, match="use kformer.Generator"):
         kformer.Translator(random_lm)
 
