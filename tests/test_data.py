@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kformer.data.pairs import DataError, read_pairs, split_pairs
+from kformer.data.pairs import DataError, read_lines, read_pairs, split_pairs
 from kformer.data.pipeline import (
     batches_per_epoch,
     bucket_batch_sizes,
@@ -50,6 +50,7 @@ def test_text_is_nfc_normalised(tmp_path):
         ("latin1.txt", "Hi.\tHola.\nNo.\tNi\xf1o.\n".encode("latin-1"), "latin1.txt, line 2: not UTF-8"),
         ("notab.txt", "Hi.\tHola.\nHello there\n", "notab.txt, line 2: no tab"),
         ("emptyside.txt", "Hi.\tHola.\n\t¡Corre!\n", "emptyside.txt, line 2: the source side is empty"),
+        ("broken.zip", b"PK not an archive", r"broken.zip: not a readable .zip archive\.$"),
     ],
 )
 def test_bad_files_get_one_clear_message(tmp_path, name, content, message):
@@ -86,8 +87,38 @@ def test_a_zip_made_on_a_mac_reads_its_one_text_file(tmp_path):
         archive.writestr("__MACOSX/pairs/._spa.txt", b"\x00\x05\x16\x07 resource fork, not text" * 50)
         archive.writestr("pairs/._spa.txt", b"\x00\x05\x16\x07" * 200)
         archive.writestr("pairs/_about.txt", "About this file. " * 100)
+        archive.writestr("__MACOSX/spa.txt", "Walk!\tCamina!\n")  # anything under __MACOSX is the Mac's
         archive.writestr("pairs/spa.txt", "Run!\t¡Corre!\n")
     assert read_pairs(path) == [("Run!", "¡Corre!")]
+
+
+def test_a_zip_holding_a_tsv_file_reads_it_whatever_the_case_of_its_name(tmp_path):
+    path = tmp_path / "pairs.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("README", "no pairs here")
+        archive.writestr("PAIRS.TSV", "Run!\t¡Corre!\n")
+    assert read_pairs(path) == [("Run!", "¡Corre!")]
+
+
+def test_a_language_models_text_file_is_its_non_empty_lines_stripped(tmp_path):
+    path = write(tmp_path, "text.txt", "\ufeff  el gato come.  \n\n   \r\nla casa\r\n")
+    assert read_lines(path) == ["el gato come.", "la casa"]  # the byte-order mark dropped, as from a pair file
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, r"text.txt: no such file; give a UTF-8 text file, one passage a line\.$"),
+        ("Ni\xf1o\n".encode("latin-1"), r"text.txt: not UTF-8 text; re-save the file as UTF-8\.$"),
+        (" \n\n", r"text.txt: holds no text\.$"),
+    ],
+)
+def test_a_bad_text_file_gets_one_clear_message(tmp_path, content, message):
+    path = tmp_path / "text.txt" if content is None else write(tmp_path, "text.txt", content)
+    with pytest.raises(DataError, match=message):
+        read_lines(path)
+    with pytest.raises(DataError, match=f"^{tmp_path}: no such file"):
+        read_lines(tmp_path)  # a directory is not a text file
 
 
 def test_a_zip_with_several_text_files_names_them(tmp_path):

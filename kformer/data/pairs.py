@@ -301,7 +301,7 @@ def read_lines(path):
     if not path.is_file():
         raise DataError(f"{path}: no such file; give a UTF-8 text file, one passage a line.")
     try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        lines = [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines()]  # drops a BOM
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text; re-save the file as UTF-8.") from None
     lines = [line for line in lines if line]
