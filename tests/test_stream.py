@@ -340,3 +340,77 @@ def test_a_stream_leaves_freed_blocks_for_reuse_as_the_in_memory_path_does(tmp_p
     assert mapped[True] >= 24 * 2**20  # without it, the block has a mapping of its own
     # With it, the heap keeps the block for the next (other threads' blocks may come and go meanwhile).
     assert mapped[False] < 24 * 2**20 and trimmed[False] < 2**20
+
+
+def test_a_mixture_of_a_streamed_corpus_and_one_in_memory_makes_batches_of_both(tmp_path, streamed, tokenizer):
+    """Two corpora over 64 MB each (`--data A B`) are two streams: the mixture counts and batches them."""
+    from kformer.data.stream import Mixture
+
+    path = write(tmp_path / "a.tsv", corpus_lines(600))
+    streamed_part = corpus_splits(path, held_out=5, sample_size=100, verbose=0)["train"]
+    listed = [(source.upper(), target.lower()) for source, target in streamed_part.sample]  # upper-case sources
+    mixture = Mixture([streamed_part, listed], [1, 1])
+    assert mixture.estimated_pairs == streamed_part.estimated_pairs + 100  # the stream's is estimated from its start
+    assert streamed_part.estimated_pairs == pytest.approx(len(list(streamed_part)), rel=0.05)
+    dataset = make_dataset(mixture, tokenizer, tokenizer, batch_size=8, max_length=40, repeat=True)
+    upper = set(tokenizer.tokenize([word.upper() for word in WORDS]).flat_values.numpy().tolist())
+    firsts = [int(sources[row, 0]) for (sources, _), _ in itertools.islice(dataset.as_numpy_iterator(), 20)
+              for row in range(len(sources))]  # fmt: skip
+    assert 0.3 < np.mean([token in upper for token in firsts]) < 0.7  # each corpus drawn by its weight
+    assert batches_per_epoch(mixture, tokenizer, tokenizer, max_length=40, batch_size=8) > 670 // 8
+
+
+def test_a_mixtures_parts_are_shared_among_workers_part_by_part_and_a_bad_line_in_one_is_its_error(tmp_path, streamed):
+    from kformer.data.stream import Mixture
+
+    lines = corpus_lines(600)
+    streamed_part = corpus_splits(write(tmp_path / "pairs.tsv", lines), held_out=5, sample_size=10, verbose=0)["train"]
+    listed = [("a b", "A B"), ("c", "C"), ("d", "D"), ("e", "E"), ("f", "F")]
+    mixture = Mixture([streamed_part, listed], [2, 1])
+    assert mixture.share(0, 1) is mixture and mixture.weights == [2.0, 1.0]
+    assert mixture.estimated_pairs == streamed_part.estimated_pairs + 5
+    for index in (0, 1):
+        share = mixture.share(index, 2)
+        assert share.weights == [2.0, 1.0] and share.sample == mixture.sample  # the vocabularies' sample is whole
+        assert list(share.parts[0]) == list(streamed_part.share(index, 2)) and share.parts[1] == listed[index::2]
+    assert mixture.parts[1] == listed and list(mixture.parts[0]) == list(streamed_part)  # its own parts untouched
+    with pytest.raises(TypeError, match=r"^a Mixture is read through make_dataset \(its parts by weight\), not pair"):
+        iter(mixture)
+    assert mixture.error is None
+    lines[-3] = lines[-3].replace("\t", " ")
+    bad = corpus_splits(write(tmp_path / "bad.tsv", lines), held_out=5, sample_size=10, verbose=0)["train"]
+    mixture = Mixture([listed, bad], [1, 1])
+    with pytest.raises(DataError, match=r"bad.tsv, line \d+: no tab"):
+        list(bad)
+    assert mixture.error is bad.error and mixture.error is not None  # what the job names after its run stops
+
+
+def test_a_mixtures_sample_draws_the_parts_in_order_by_weight_going_round_a_small_one():
+    from kformer.data.stream import Mixture
+
+    small, large = [("p", "P"), ("q", "Q")], [(f"w{i}", f"W{i}") for i in range(20)]
+    mixture = Mixture([small, large], [10, 1])
+    assert len(mixture.sample) == 22
+    drawn_small = [pair for pair in mixture.sample if pair in small]
+    assert drawn_small == [small[i % 2] for i in range(len(drawn_small))] and len(drawn_small) > 11  # round and round
+    drawn_large = [pair for pair in mixture.sample if pair in large]
+    assert drawn_large == large[: len(drawn_large)]
+    assert Mixture([small, large], [10, 1], seed=1).sample != mixture.sample
+    assert Mixture([small, large], [10, 1], seed=0).sample == mixture.sample
+    with pytest.raises(DataError, match=r"^corpus 2 of the mixture has no training pairs; give it more pairs\.$"):
+        Mixture([small, []], [1, 1])
+
+
+def test_pairs_in_memory_read_as_a_stream_reads_and_a_worker_takes_every_count_th():
+    from kformer.data.stream import InMemoryPairs, training_pairs
+
+    pairs = [(f"s{i}", f"t{i}") for i in range(10)]
+    held = training_pairs(pairs, "splits['train']")
+    assert isinstance(held, InMemoryPairs) and held == pairs and held.sample is held
+    assert (held.estimated_pairs, held.approximate, held.error) == (10, False, None)
+    assert held.share(0, 1) is held
+    share = held.share(1, 3)
+    assert isinstance(share, InMemoryPairs) and share == pairs[1::3] and share.estimated_pairs == 3
+    assert training_pairs(share, "x") == share
+    with pytest.raises(DataError, match=r"^splits\['train'\] must be a list of \(source, target\) string pairs"):
+        training_pairs("s0\tt0", "splits['train']")

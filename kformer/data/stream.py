@@ -138,7 +138,8 @@ class Mixture(TrainingStream):
         for index in drawn:
             self.sample.append(samples[index][taken[index] % len(samples[index])])
             taken[index] += 1
-        self.estimated_pairs = sum(getattr(part, "estimated_pairs", len(part)) for part in self.parts)
+        self.estimated_pairs = sum(part.estimated_pairs if isinstance(part, TrainingStream) else len(part)
+                                   for part in self.parts)  # fmt: skip
 
     @property
     def error(self):
