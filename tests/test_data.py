@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kformer.data.pairs import DataError, read_lines, read_pairs, split_pairs
+from kformer.data.pairs import DataError, PairFile, check_pairs, read_lines, read_pairs, split_of, split_pairs
 from kformer.data.pipeline import (
     batches_per_epoch,
     bucket_batch_sizes,
@@ -70,10 +70,31 @@ def test_crlf_bom_blank_lines_extra_fields_and_duplicates_are_read_and_counted(t
 
 
 def test_aligned_files_count_what_they_skip(tmp_path, capsys):
-    english = write_lines(tmp_path / "d.en", ["one", "", "one"])
-    spanish = write_lines(tmp_path / "d.es", ["uno", "", "uno"])
+    english = write_lines(tmp_path / "d.en", ["one", "", "one", " "])
+    spanish = write_lines(tmp_path / "d.es", ["uno", "", "uno", ""])
     assert read_pairs(f"{english},{spanish}", verbose=1) == [("one", "uno"), ("one", "uno")]
-    assert "(1 blank lines skipped, 1 duplicate pairs kept)" in capsys.readouterr().out
+    assert "(2 blank lines skipped, 1 duplicate pairs kept)" in capsys.readouterr().out
+    assert read_pairs(f"{english},{spanish}") and capsys.readouterr().out == ""  # quiet unless asked
+    empty = PairFile(f"{write(tmp_path, 'e.en', b'')},{write(tmp_path, 'e.es', b'')}")
+    assert list(empty) == [] and empty.lines == 0
+
+
+def test_check_pairs_names_what_is_not_a_list_of_string_pairs():
+    assert check_pairs([["a", "b"], ("c", "d")]) == [("a", "b"), ("c", "d")]
+    not_a_list = r"^pairs must be a list of \(source, target\) string pairs, not a "
+    not_a_pair = r"^pairs: item (\d) is not a \(source, target\) pair of strings: "
+    for pairs, message in [
+        ("a\tb", not_a_list + r"str\.$"),
+        ({"a": "b"}, not_a_list + r"dict\.$"),
+        ([("a", "b"), ("a", "b", "c")], not_a_pair.replace(r"(\d)", "1") + r"\('a', 'b', 'c'\)\.$"),
+        ([("a", "b"), ("a", 3)], not_a_pair.replace(r"(\d)", "1") + r"\('a', 3\)\.$"),
+        ([7], not_a_pair.replace(r"(\d)", "0") + r"7\.$"),
+        ([{"a", "b"}], not_a_pair.replace(r"(\d)", "0")),
+    ]:
+        with pytest.raises(DataError, match=message):
+            check_pairs(pairs)
+    with pytest.raises(DataError, match=r"^valid: item 0 is not a \(source, target\) pair of strings: 'aaaaaaaaaa"):
+        check_pairs(["a" * 100], "valid")  # shown up to 60 characters
 
 
 def test_a_directory_is_not_a_pair_file(tmp_path):
@@ -155,6 +176,9 @@ def test_split_is_deterministic_and_keeps_each_source_on_one_side():
     assert not sides["train"] & sides["test"] and not sides["train"] & sides["valid"]
     assert sum(len(split) for split in splits.values()) == 1200
     assert 0.05 < len(splits["test"]) / 1200 < 0.15
+    salted = split_pairs(pairs, valid_fraction=0.1, test_fraction=0.1, salt="another")  # another split altogether
+    assert salted["test"] != splits["test"]
+    assert all(split_of(source, 0.1, 0.1, "another") == name for name in salted for source, _ in salted[name])
 
 
 def test_the_default_split_holds_out_2_percent_for_validation_and_2_for_test():
