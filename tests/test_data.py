@@ -50,6 +50,7 @@ def test_text_is_nfc_normalised(tmp_path):
         ("latin1.txt", "Hi.\tHola.\nNo.\tNi\xf1o.\n".encode("latin-1"), "latin1.txt, line 2: not UTF-8"),
         ("notab.txt", "Hi.\tHola.\nHello there\n", "notab.txt, line 2: no tab"),
         ("emptyside.txt", "Hi.\tHola.\n\t¡Corre!\n", "emptyside.txt, line 2: the source side is empty"),
+        ("notarget.txt", "Hi.\tHola.\nRun!\t \tCC-BY\n", r"notarget.txt, line 2: the target side is empty\.$"),
         ("broken.zip", b"PK not an archive", r"broken.zip: not a readable .zip archive\.$"),
     ],
 )
@@ -73,7 +74,9 @@ def test_aligned_files_count_what_they_skip(tmp_path, capsys):
     english = write_lines(tmp_path / "d.en", ["one", "", "one", " "])
     spanish = write_lines(tmp_path / "d.es", ["uno", "", "uno", ""])
     assert read_pairs(f"{english},{spanish}", verbose=1) == [("one", "uno"), ("one", "uno")]
-    assert "(2 blank lines skipped, 1 duplicate pairs kept)" in capsys.readouterr().out
+    assert f"Read 2 pairs from {english} and {spanish} (2 blank lines skipped, 1 duplicate pairs kept).\n" == (
+        capsys.readouterr().out
+    )
     assert read_pairs(f"{english},{spanish}") and capsys.readouterr().out == ""  # quiet unless asked
     empty = PairFile(f"{write(tmp_path, 'e.en', b'')},{write(tmp_path, 'e.es', b'')}")
     assert list(empty) == [] and empty.lines == 0
@@ -186,6 +189,9 @@ def test_the_default_split_holds_out_2_percent_for_validation_and_2_for_test():
     pairs = [(f"sentence {i}", f"frase {i}") for i in range(40_000)]
     sizes = {name: len(split) / len(pairs) for name, split in split_pairs(pairs).items()}
     assert sizes["valid"] == pytest.approx(0.02, abs=0.003) and sizes["test"] == pytest.approx(0.02, abs=0.003)
+    # split_of's own defaults, which a language model's held-out lines go by (`kformer train --task lm --data`)
+    alone = [split_of(source) for source, _ in pairs]
+    assert alone.count("valid") / len(pairs) == sizes["valid"] and alone.count("test") / len(pairs) == sizes["test"]
 
 
 def test_teacher_forcing_shifts_the_target_by_one():
@@ -300,6 +306,8 @@ def test_two_aligned_files_are_read_as_pairs(tmp_path):
     english = write_lines(tmp_path / "train.en", ["\ufeffthe cat", "", "the dogs run"], ending="\r\n")
     spanish = write_lines(tmp_path / "train.es", ["el gato", "", "los perros corren"])
     assert read_pairs(f"{english},{spanish}") == [("the cat", "el gato"), ("the dogs run", "los perros corren")]
+    commas = write_lines(tmp_path / "train,v2.es", ["el gato", "", "los perros corren"])  # a comma in the second name
+    assert read_pairs(f"{english},{commas}") == read_pairs(f"{english},{spanish}")
 
 
 def test_files_of_different_lengths_get_both_counts(tmp_path):
