@@ -248,8 +248,10 @@ def test_a_file_with_old_mac_line_ends_is_shared_pair_by_pair_and_a_changed_file
     path.write_bytes("\r".join(corpus_lines(20_000)).encode())  # over 64 KiB without a "\n"
     assert PairFile(path).part(1, 2) is None  # readline would see one line: every-n-th instead
     old_mac = "\r".join(corpus_lines(3000)).encode()
-    assert 2**16 < len(old_mac) < 2**17  # the first 64 KiB decide, even where a "\n" comes after them
-    path.write_bytes(old_mac + b"\n" + "\n".join(corpus_lines(3000)).encode())
+    assert 2**16 < len(old_mac) < 2**17  # over 64 KiB: shared pair by pair
+    path.write_bytes(old_mac)
+    assert PairFile(path).part(1, 2) is None
+    path.write_bytes(old_mac + b"\n" + "\n".join(corpus_lines(3000)).encode())  # the first 64 KiB decide
     assert PairFile(path).part(1, 2) is None
     path.write_bytes(("a long first line, longer than 32 bytes\tA\n" + "\n".join(corpus_lines(5000))).encode())
     assert path.stat().st_size > 2**16 and PairFile(path).part(1, 2) is not None  # "\n" line ends: entered midway
