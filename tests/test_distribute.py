@@ -447,3 +447,17 @@ def test_a_lost_worker_is_one_sentence_naming_the_step_the_error_and_the_backup(
         f"killed, or it failed and its own output says why; the run is saved at step 1,200 in {tmp_path}; run the "
         "same command on every worker to resume it."
     )
+
+
+def test_strategies_are_made_by_name_and_an_unknown_name_is_one_sentence():
+    """The two that can be made inside a test process without changing it for the tests after (a multiworker or
+    TPU strategy sets up the process's collectives: the fresh-process tests above make those)."""
+    import tensorflow as tf
+
+    from kformer.training.distribute import make_strategy
+
+    assert make_strategy() is tf.distribute.get_strategy() and make_strategy("default") is make_strategy()
+    mirrored = make_strategy("mirrored")
+    assert isinstance(mirrored, tf.distribute.MirroredStrategy) and mirrored.num_replicas_in_sync >= 1
+    with pytest.raises(ValueError, match=r"^unknown strategy 'gpu'; choose one of default, mirrored, multiworker, tpu"):
+        make_strategy("gpu")
