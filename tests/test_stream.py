@@ -19,7 +19,7 @@ from conftest import run_fresh_python
 
 from kformer.cli import main
 from kformer.data import stream
-from kformer.data.pairs import DataError, read_pairs, split_pairs
+from kformer.data.pairs import DataError, read_pairs, split_of, split_pairs
 from kformer.data.pipeline import batches_per_epoch, make_dataset
 from kformer.data.stream import TrainingStream, corpus_splits
 from kformer.data.text import Tokenizer, build_vocabulary
@@ -422,3 +422,58 @@ def test_pairs_in_memory_read_as_a_stream_reads_and_a_worker_takes_every_count_t
     assert training_pairs(share, "x") == share
     with pytest.raises(DataError, match=r"^splits\['train'\] must be a list of \(source, target\) string pairs"):
         training_pairs("s0\tt0", "splits['train']")
+
+
+def test_reading_a_streams_start_says_what_it_reads_how_far_it_has_got_and_what_it_found(
+    tmp_path, streamed, capsys, monkeypatch
+):
+    """On a clock that ticks a second each reading: the first line, a progress line each time more than 10 s
+    have passed (every 11 pairs here), and the last line, for a start read in part and a file read to its end."""
+    import types
+
+    path = write(tmp_path / "pairs.tsv", corpus_lines(60_000))
+    size, pairs = path.stat().st_size, read_pairs(path)
+    assert 1.5 * 2**20 < size < 2.5 * 2**20  # "2 MB": a conversion to MB that is off shows
+    readings = []
+
+    def tick():
+        readings.append(1000 + len(readings))
+        return readings[-1]
+
+    monkeypatch.setattr(stream, "time", types.SimpleNamespace(perf_counter=tick))
+    for sample_size, held_out in [(100, 20), (10**6, 10**6)]:
+        readings.clear()
+        splits = corpus_splits(path, held_out=held_out, sample_size=sample_size)
+        first, *progress, last = capsys.readouterr().out.splitlines()
+        assert first == (
+            f"{path}: 2 MB, read as a stream. Reading its start: the first {sample_size:,} training pairs and "
+            f"{held_out:,} validation and test pairs ..."
+        )
+        counted = [int(line.split()[0].replace(",", "")) for line in progress]
+        shares = [int(re.fullmatch(r"  [\d,]+ lines, (\d+)% of the file \.\.\.", line)[1]) for line in progress]
+        assert shares == sorted(shares) and 0 < shares[-1] <= 100
+        if sample_size == 100:  # stopped at the pair that filled the last of the three splits
+            names = [split_of(source) for source, _ in pairs]
+            where = {split: [i for i, name in enumerate(names) if name == split] for split in set(names)}
+            read = max(where["train"][99], where["valid"][19], where["test"][19]) + 1
+            assert pairs[read - 1] in splits["train"].sample + splits["valid"] + splits["test"]
+            found = re.fullmatch(
+                r"Read ([\d,]+) lines \(0 MB\) in (\d+) s; about ([\d,]+) training pairs in all\.", last
+            )
+            assert int(found[3].replace(",", "")) == pytest.approx(len(split_pairs(pairs)["train"]), rel=0.1)
+        else:
+            read = len(pairs)
+            found = re.fullmatch(r"Read ([\d,]+) lines \(2 MB\) in (\d+) s; ([\d,]+) training pairs in all\.", last)
+            assert int(found[3].replace(",", "")) == len(split_pairs(pairs)["train"])
+        assert counted == list(range(11, read, 11)) and shares[-1] < 100 * read / len(pairs) + 10
+        assert int(found[1].replace(",", "")) == read and int(found[2]) == readings[-1] - 1000
+    assert corpus_splits(path, held_out=5, sample_size=10, verbose=0) and capsys.readouterr().out == ""
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: holds no training pairs; give more sentence pairs"):
+        corpus_splits(path, held_out=5, sample_size=10, valid_fraction=0.5, test_fraction=0.5, verbose=0)
+
+
+def test_a_stream_is_read_in_chunks_of_1024_pairs_by_default(tmp_path, streamed):
+    train = corpus_splits(write(tmp_path / "pairs.tsv", corpus_lines(3000)), 10, held_out=5, verbose=0)["train"]
+    everything = list(train)
+    assert [len(chunk) for chunk in train.chunks()] == [1024, 1024, len(everything) - 2048]
+    assert sum(train.chunks(size=1000), []) == everything and len(next(train.chunks(size=7))) == 7
