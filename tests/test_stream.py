@@ -80,11 +80,18 @@ def test_a_stream_holds_the_splits_of_the_in_memory_path(tmp_path, streamed, nam
     assert splits["valid"] == expected["valid"][:20] and splits["test"] == expected["test"][:20]
 
 
-def test_a_small_file_is_read_into_memory_with_its_held_out_splits_capped(tmp_path):
+def test_a_small_file_is_read_into_memory_with_its_held_out_splits_capped(tmp_path, capsys, monkeypatch):
     path = write(tmp_path / "pairs.tsv", corpus_lines(3000))
     expected = split_pairs(read_pairs(path))
     splits = corpus_splits(path, held_out=10, sample_size=100, verbose=0)
     assert splits == {"train": expected["train"], "valid": expected["valid"][:10], "test": expected["test"][:10]}
+    expected = split_pairs(read_pairs(path), valid_fraction=0.1, test_fraction=0.05)
+    splits = corpus_splits(path, held_out=10**6, sample_size=100, valid_fraction=0.1, test_fraction=0.05)
+    assert splits == expected and capsys.readouterr().out.startswith(f"Read 3,003 pairs from {path}")  # verbose
+    monkeypatch.setattr(stream, "STREAM_ABOVE_BYTES", path.stat().st_size)  # up to the limit: in memory
+    assert isinstance(corpus_splits(path, held_out=10, sample_size=100, verbose=0)["train"], list)
+    monkeypatch.setattr(stream, "STREAM_ABOVE_BYTES", path.stat().st_size - 1)
+    assert isinstance(corpus_splits(path, held_out=10, sample_size=100, verbose=0)["train"], TrainingStream)
 
 
 def test_the_size_of_a_stream_is_estimated_from_the_bytes_its_sample_took(tmp_path, streamed):
