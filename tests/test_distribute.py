@@ -461,3 +461,28 @@ def test_strategies_are_made_by_name_and_an_unknown_name_is_one_sentence():
     assert isinstance(mirrored, tf.distribute.MirroredStrategy) and mirrored.num_replicas_in_sync >= 1
     with pytest.raises(ValueError, match=r"^unknown strategy 'gpu'; choose one of default, mirrored, multiworker, tpu"):
         make_strategy("gpu")
+
+
+def test_the_multiworker_and_tpu_strategies_are_made_as_tensorflow_documents_them(monkeypatch):
+    """Without a cluster or a TPU here, TensorFlow's classes replaced by recorders: "multiworker" is a
+    MultiWorkerMirroredStrategy (the cluster from TF_CONFIG, read by it); "tpu" resolves the TPU, connects to its
+    cluster, initializes its system and makes the TPUStrategy on that one resolver, in that order (TensorFlow's
+    TPU guide). The real multiworker strategy is made in the two-worker runs above."""
+    import tensorflow as tf
+
+    from kformer.training.distribute import make_strategy
+
+    calls = []
+
+    def recorder(name):
+        return lambda *args: calls.append((name, *args)) or (name, *args)
+
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", recorder("multiworker"))
+    assert make_strategy("multiworker") == ("multiworker",)
+    calls.clear()
+    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", lambda: "resolver")
+    monkeypatch.setattr(tf.config, "experimental_connect_to_cluster", recorder("connect"))
+    monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system", recorder("initialize"))
+    monkeypatch.setattr(tf.distribute, "TPUStrategy", recorder("strategy"))
+    assert make_strategy("tpu") == ("strategy", "resolver")
+    assert calls == [("connect", "resolver"), ("initialize", "resolver"), ("strategy", "resolver")]
