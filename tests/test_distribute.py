@@ -486,3 +486,31 @@ def test_the_multiworker_and_tpu_strategies_are_made_as_tensorflow_documents_the
     monkeypatch.setattr(tf.distribute, "TPUStrategy", recorder("strategy"))
     assert make_strategy("tpu") == ("strategy", "resolver")
     assert calls == [("connect", "resolver"), ("initialize", "resolver"), ("strategy", "resolver")]
+
+
+def test_the_loops_validation_loss_is_keras_evaluates_with_dropout_off_on_batches_of_unequal_size():
+    """`evaluate` (the reference) weighs each batch by its sequences and runs the model for inference: on batches
+    of 20, 20 and 8 of a model with dropout 0.5, the loop's validation loss is evaluate's, and the test hooks get
+    the running mean at each batch's end."""
+    import tensorflow as tf
+
+    import kformer
+    from kformer.training.distribute import _validation_loss
+    from kformer.training.objectives import compile_for_training
+
+    rng = np.random.default_rng(1)
+    source = rng.integers(4, 12, size=(48, 5)).astype("int32")
+    decoder_tokens = np.concatenate([np.full((48, 1), 2, "int32"), source], 1)
+    labels = np.concatenate([source, np.full((48, 1), 3, "int32")], 1)
+    data = tf.data.Dataset.from_tensor_slices(((source, decoder_tokens), labels)).batch(20)
+    keras.utils.set_random_seed(0)
+    model = kformer.build_transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.5)
+    compile_for_training(model, 16, warmup_steps=4, jit_compile=False)
+    expected = model.evaluate(data, verbose=0, return_dict=True)["loss"]
+    calls = Calls()
+    hooks = keras.callbacks.CallbackList([calls], model=model)
+    assert _validation_loss(model, data, hooks) == pytest.approx(expected, rel=1e-5)
+    batches = [(hook, batch) for batch in range(3) for hook in ("on_test_batch_begin", "on_test_batch_end")]
+    assert [call[:2] for call in calls.calls] == [("on_test_begin", None), *batches, ("on_test_end", None)]
+    ends = [loss for hook, _, _, loss, _ in calls.calls if hook in ("on_test_batch_end", "on_test_end")]
+    assert ends[-2] == ends[-1] == pytest.approx(expected, rel=1e-5) and ends[0] != ends[-1]
