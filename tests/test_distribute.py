@@ -514,3 +514,46 @@ def test_the_loops_validation_loss_is_keras_evaluates_with_dropout_off_on_batche
     assert [call[:2] for call in calls.calls] == [("on_test_begin", None), *batches, ("on_test_end", None)]
     ends = [loss for hook, _, _, loss, _ in calls.calls if hook in ("on_test_batch_end", "on_test_end")]
     assert ends[-2] == ends[-1] == pytest.approx(expected, rel=1e-5) and ends[0] != ends[-1]
+
+
+def test_the_loop_for_workers_shows_fits_progress_bar_by_default_and_fits_lines_at_verbose_2(capsys):
+    """Its printed progress against `fit`'s on the same model and batches, times and losses blanked out."""
+    from kformer.training.distribute import fit_across_workers
+
+    def shown(run):
+        model, data = counting_model()
+        run(model, data)
+        printed = re.sub(r"\d+(\.\d+)?(ms|us|s)(/step)?", "T", capsys.readouterr().out)
+        printed = re.sub(r"loss: \d+\.\d+(e[-+]\d+)?", "loss: L", printed)
+        return [part.strip() for part in re.split(r"[\r\n]", printed) if part.strip()]  # each redrawing, unpadded
+
+    def fit(**verbose):
+        return lambda model, data: model.fit(data(None), epochs=2, steps_per_epoch=4, shuffle=False, **verbose)
+
+    by_default = shown(lambda model, data: fit_across_workers(model, data, 2, 4, []))
+    assert by_default == shown(fit())
+    assert "Epoch 2/2" in by_default and any(part.startswith("\x1b[1m4/4\x1b[0m \x1b[32m━") for part in by_default)
+    lines = shown(lambda model, data: fit_across_workers(model, data, 2, 4, [], verbose=2))
+    assert lines == shown(fit(verbose=2))
+    assert lines == ["Epoch 1/2", "4/4 - T - T - loss: L", "Epoch 2/2", "4/4 - T - T - loss: L"]
+    assert shown(lambda model, data: fit_across_workers(model, data, 2, 4, [], verbose=0)) == []
+
+
+def test_the_loop_for_workers_hands_each_worker_its_input_context_and_a_resumed_budget_its_seconds(tmp_path):
+    """Under the default strategy the datasets function gets the one pipeline's context; a run resumed with its
+    whole budget spent (the backup's seconds) stops after its first step, on every worker's clock alike."""
+    import tensorflow as tf
+
+    from kformer.training.callbacks import Backup, TimeBudget
+    from kformer.training.distribute import fit_across_workers
+
+    model, data = counting_model()
+    contexts = []
+    fit_across_workers(model, lambda context: contexts.append(context) or data(context), 1, 2, [], verbose=0)
+    assert [type(context) for context in contexts] == [tf.distribute.InputContext]
+    assert (contexts[0].num_input_pipelines, contexts[0].input_pipeline_id) == (1, 0)
+    model, data = counting_model()
+    budget, backup, seen = TimeBudget(minutes=1.0, spent_seconds=60.0), Backup(tmp_path, every_steps=1000), Seen()
+    backup.seconds = 60.0  # as `restore` reads it from a run that spent its minute
+    fit_across_workers(model, data, 5, 4, [seen, budget], budget=budget, backup=backup, verbose=0)
+    assert seen.batches == [(0, 0)] and budget.shared_seconds == pytest.approx(60.0)
