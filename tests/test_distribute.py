@@ -557,3 +557,31 @@ def test_the_loop_for_workers_hands_each_worker_its_input_context_and_a_resumed_
     backup.seconds = 60.0  # as `restore` reads it from a run that spent its minute
     fit_across_workers(model, data, 5, 4, [seen, budget], budget=budget, backup=backup, verbose=0)
     assert seen.batches == [(0, 0)] and budget.shared_seconds == pytest.approx(60.0)
+
+
+def test_the_loop_for_workers_clock_counts_from_the_first_steps_end_plus_the_seconds_spent_before(
+    tmp_path, monkeypatch
+):
+    """On a clock that reads 10 s later each time: the clock the workers share reads 0 at the first step (its
+    end starts it), then 10, 20, 30 s, where a half-minute budget stops the run; resumed with 15 s spent, 15 to 35."""
+    import itertools
+    import types
+
+    import kformer.training.distribute
+    from kformer.training.callbacks import Backup, TimeBudget
+    from kformer.training.distribute import fit_across_workers
+
+    def shared_clock(spent):
+        ticks = itertools.count(10, 10)
+        clock = types.SimpleNamespace(perf_counter=lambda: next(ticks))
+        monkeypatch.setattr(kformer.training.distribute, "time", clock)
+        model, data = counting_model()
+        budget, backup = TimeBudget(minutes=0.5, spent_seconds=spent), Backup(tmp_path, every_steps=1000)
+        backup.seconds = spent  # as `restore` reads it
+        readings = []
+        record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_: readings.append(budget.shared_seconds))
+        fit_across_workers(model, data, 5, 4, [record, budget], budget=budget, backup=backup, verbose=0)
+        return readings
+
+    assert shared_clock(0.0) == [0.0, 10.0, 20.0, 30.0]
+    assert shared_clock(15.0) == [15.0, 25.0, 35.0]
