@@ -579,8 +579,8 @@ def test_the_loop_for_workers_clock_counts_from_the_first_steps_end_plus_the_sec
         budget, backup = TimeBudget(minutes=0.5, spent_seconds=spent), Backup(tmp_path, every_steps=1000)
         backup.seconds = spent  # as `restore` reads it
         readings = []
-        record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_: readings.append(budget.shared_seconds))
-        fit_across_workers(model, data, 5, 4, [record, budget], budget=budget, backup=backup, verbose=0)
+        read = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: readings.append(budget.shared_seconds))
+        fit_across_workers(model, data, 5, 4, [read, budget], budget=budget, backup=backup, verbose=0)
         return readings
 
     assert shared_clock(0.0) == [0.0, 10.0, 20.0, 30.0]
