@@ -585,3 +585,46 @@ def test_the_loop_for_workers_clock_counts_from_the_first_steps_end_plus_the_sec
 
     assert shared_clock(0.0) == [0.0, 10.0, 20.0, 30.0]
     assert shared_clock(15.0) == [15.0, 25.0, 35.0]
+
+
+def test_a_worker_lost_in_a_step_or_at_an_epochs_end_stops_the_loop_with_its_sentence(tmp_path, monkeypatch):
+    """TensorFlow's error for a peer that is gone, raised by the third step's all-reduce (a backup saved at step 2)
+    and by the agreement at the first epoch's end (no backup): each stops the loop with the step it failed at."""
+    import itertools
+
+    import tensorflow as tf
+
+    import kformer.training.distribute as distribute
+    from kformer.training.callbacks import Backup, WorkerLost
+    from kformer.training.distribute import fit_across_workers
+
+    real_step = distribute._train_step
+
+    def failing_third_step(model, strategy):
+        step, calls = real_step(model, strategy), itertools.count(1)
+
+        def run(batch, signals):
+            if next(calls) == 3:
+                raise tf.errors.UnavailableError(None, None, "Socket closed")
+            return step(batch, signals)
+
+        return run
+
+    monkeypatch.setattr(distribute, "_train_step", failing_third_step)
+    (tmp_path / "state.json").write_text('{"step": 2, "epoch": 0, "seconds": 1.0, "weights": "w"}')
+    saved = rf"the run is saved at step 2 in {re.escape(str(tmp_path))}; run the same command on every worker"
+    with pytest.raises(
+        WorkerLost, match=rf"^another worker stopped answering at step 3 \(UnavailableError: Socket closed\): .*{saved}"
+    ):
+        fit_across_workers(*counting_model(), 2, 4, [], backup=Backup(tmp_path, every_steps=1000), verbose=0)
+
+    def gone(strategy, flag):
+        raise tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded")
+
+    monkeypatch.setattr(distribute, "_train_step", real_step)
+    monkeypatch.setattr(distribute, "_any_worker", gone)
+    with pytest.raises(
+        WorkerLost,
+        match=r"^another worker stopped answering at step 4 \(DeadlineExceededError: Deadline Exceeded\): .* no backup",
+    ):
+        fit_across_workers(*counting_model(), 2, 4, [], verbose=0)
