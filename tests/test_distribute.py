@@ -353,6 +353,8 @@ def test_the_loop_for_workers_calls_the_same_callbacks_as_fit_and_ends_as_fit_do
             assert loss == pytest.approx(fit_loss, rel=1e-5)
         if hook == "on_epoch_end":
             assert "val_loss" in keys and val_loss == pytest.approx(fit_val_loss, rel=1e-5)
+        if hook == "on_train_end":  # the last epoch's logs, as fit gives them
+            assert "val_loss" in keys and loss == pytest.approx(fit_loss, rel=1e-5)
     for got, expected in zip(weights, fit_weights, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
@@ -413,8 +415,9 @@ def test_the_loop_for_workers_stops_at_the_budgets_step_and_on_an_interrupt_save
 
     model, data = counting_model()
     budget, seen = TimeBudget(minutes=0.0), Seen()
-    fit_across_workers(model, data, 5, 4, [seen, budget], budget=budget, verbose=0)
+    history = fit_across_workers(model, data, 5, 4, [seen, budget], budget=budget, verbose=0)
     assert seen.batches == [(0, 0)] and budget.expired  # no time: one step, then every worker stops
+    assert [epoch for epoch, _ in seen.epochs] == [0] and len(history.history["loss"]) == 1  # its epoch ended
     assert budget.shared_seconds == 0.0  # the workers' mean clock, which starts at the first step's end
 
     model, data = counting_model()
@@ -623,8 +626,11 @@ def test_a_worker_lost_in_a_step_or_at_an_epochs_end_stops_the_loop_with_its_sen
 
     monkeypatch.setattr(distribute, "_train_step", real_step)
     monkeypatch.setattr(distribute, "_any_worker", gone)
+    (tmp_path / "state.json").write_text('{"step": 4, "epoch": 1, "seconds": 1.0, "weights": "w"}')
+    saved = rf"the run is saved at step 4 in {re.escape(str(tmp_path))}"
     with pytest.raises(
-        WorkerLost,
-        match=r"^another worker stopped answering at step 4 \(DeadlineExceededError: Deadline Exceeded\): .* no backup",
+        WorkerLost, match=rf"^another worker stopped answering at step 4 \(DeadlineExceededError: .*{saved}"
     ):
+        fit_across_workers(*counting_model(), 2, 4, [], backup=Backup(tmp_path, every_steps=1000), verbose=0)
+    with pytest.raises(WorkerLost, match=r"at step 4 \(DeadlineExceededError: Deadline Exceeded\): .* no backup"):
         fit_across_workers(*counting_model(), 2, 4, [], verbose=0)
