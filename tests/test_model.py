@@ -107,6 +107,33 @@ def test_decoder_only_is_causal(norm_first):
     np.testing.assert_allclose(to_numpy(model(changed))[:, :3], before[:, :3], atol=1e-5)
 
 
+def test_a_decoder_only_model_has_the_translators_defaults_and_takes_its_settings():
+    """Its defaults are the encoder-decoder's decoder's; pre-LN and tying reach its decoder."""
+    defaults = build_decoder_only(100).get_layer("decoder").get_config()
+    translators = build_transformer(100, 100).get_layer("decoder").get_config()
+    for key in ("d_model", "num_heads", "num_layers", "d_ff", "dropout", "norm_first", "tie_embeddings"):
+        assert defaults[key] == translators[key], key
+    assert defaults["cross_attention"] is False and translators["cross_attention"] is True
+    pre_ln = build_decoder_only(25, norm_first=True, **SMALL).get_layer("decoder")
+    assert pre_ln.final_norm is not None and all(block.norm_first for block in pre_ln.blocks)
+    tied, untied = build_decoder_only(25, tie_embeddings=True, **SMALL), build_decoder_only(25, **SMALL)
+    assert untied.count_params() - tied.count_params() == 16 * 25 + 25  # no output kernel and bias of its own
+
+
+def test_release_0_1_0s_shared_table_config_builds_todays_transformer_with_one_table():
+    """The config release 0.1.0 saved for a shared vocabulary (tests/data/release-0.1.0/translator/model.keras)."""
+    from kformer.model import SharedEmbeddingTransformer, Transformer
+
+    saved = dict(name="transformer", vocab_size=25, norm_first=False, tie_embeddings=True, dropout=0.1, **SMALL)
+    model = SharedEmbeddingTransformer.from_config(dict(saved))
+    assert type(model) is Transformer and model.get_layer("encoder").embedding is model.get_layer("decoder").embedding
+    config = model.get_config()
+    assert (config["src_vocab_size"], config["tgt_vocab_size"], config["share_embeddings"]) == (25, 25, True)
+    assert {key: config[key] for key in saved if key != "vocab_size"} == {
+        k: v for k, v in saved.items() if k != "vocab_size"
+    }
+
+
 def test_pre_ln_stack_ends_with_a_layer_norm():
     model = build_transformer(20, 30, norm_first=True, **SMALL)
     assert model.get_layer("encoder").final_norm is not None
