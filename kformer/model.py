@@ -229,23 +229,10 @@ class Decoder(_Stack):
         return config
 
 
-def build_transformer(
-    src_vocab_size,
-    tgt_vocab_size,
-    d_model=256,
-    num_heads=8,
-    num_layers=4,
-    d_ff=1024,
-    dropout=0.1,
-    norm_first=False,
-    tie_embeddings=False,
-    share_embeddings=False,
-):
-    """The encoder-decoder `Transformer` with these settings (its docstring says what each one is)."""
-    return Transformer(
-        src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, norm_first, tie_embeddings,
-        share_embeddings,
-    )  # fmt: skip
+def build_transformer(src_vocab_size, tgt_vocab_size, **settings):
+    """The encoder-decoder `Transformer` with these `settings` (d_model, num_heads, num_layers, d_ff, dropout,
+    norm_first, tie_embeddings, share_embeddings: its docstring says what each is; its defaults apply)."""
+    return Transformer(src_vocab_size, tgt_vocab_size, **settings)
 
 
 @keras.saving.register_keras_serializable(package="kformer")
