@@ -134,6 +134,15 @@ def test_release_0_1_0s_shared_table_config_builds_todays_transformer_with_one_t
     }
 
 
+def test_a_transformers_config_rebuilds_it_with_its_name_and_settings():
+    from kformer.model import Transformer
+
+    model = build_transformer(20, 30, norm_first=True, tie_embeddings=True, name="my_translator", **SMALL)
+    again = Transformer.from_config(model.get_config())
+    assert again.name == "my_translator" and again.get_config() == model.get_config()
+    assert again.count_params() == model.count_params() and again.get_layer("decoder").final_norm is not None
+
+
 def test_pre_ln_stack_ends_with_a_layer_norm():
     model = build_transformer(20, 30, norm_first=True, **SMALL)
     assert model.get_layer("encoder").final_norm is not None
