@@ -109,7 +109,7 @@ class Encoder(_Stack):
 
     Args:
         vocab_size, d_model, num_heads, num_layers, d_ff, dropout, norm_first:
-            as `build_transformer`'s (`vocab_size`: the source vocabulary's).
+            as `Transformer`'s (`vocab_size`: the source vocabulary's).
     """
 
     def __init__(self, vocab_size, d_model, num_heads, num_layers, d_ff, dropout=0.1, norm_first=False, **kwargs):
@@ -229,10 +229,10 @@ class Decoder(_Stack):
         return config
 
 
-def build_transformer(src_vocab_size, tgt_vocab_size, **settings):
-    """The encoder-decoder `Transformer` with these `settings` (d_model, num_heads, num_layers, d_ff, dropout,
-    norm_first, tie_embeddings, share_embeddings: its docstring says what each is; its defaults apply)."""
-    return Transformer(src_vocab_size, tgt_vocab_size, **settings)
+def build_transformer(src_vocab_size, tgt_vocab_size, *settings, **named_settings):
+    """The encoder-decoder `Transformer` with these settings, given as to it (d_model, num_heads, num_layers, d_ff,
+    dropout, norm_first, tie_embeddings, share_embeddings: its docstring says what each is; its defaults apply)."""
+    return Transformer(src_vocab_size, tgt_vocab_size, *settings, **named_settings)
 
 
 @keras.saving.register_keras_serializable(package="kformer")
