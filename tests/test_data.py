@@ -1,5 +1,6 @@
 """Pair files, splits, and the teacher-forcing tf.data pipeline."""
 
+import re
 import zipfile
 
 import numpy as np
@@ -96,7 +97,7 @@ def test_check_pairs_names_what_is_not_a_list_of_string_pairs():
     ]:
         with pytest.raises(DataError, match=message):
             check_pairs(pairs)
-    with pytest.raises(DataError, match=r"^valid: item 0 is not a \(source, target\) pair of strings: 'aaaaaaaaaa"):
+    with pytest.raises(DataError, match=rf"^valid: item 0 is not a \(source, target\) pair of strings: '{'a' * 59}\.$"):
         check_pairs(["a" * 100], "valid")  # shown up to 60 characters
 
 
@@ -141,7 +142,7 @@ def test_a_bad_text_file_gets_one_clear_message(tmp_path, content, message):
     path = tmp_path / "text.txt" if content is None else write(tmp_path, "text.txt", content)
     with pytest.raises(DataError, match=message):
         read_lines(path)
-    with pytest.raises(DataError, match=f"^{tmp_path}: no such file"):
+    with pytest.raises(DataError, match=f"^{re.escape(str(tmp_path))}: no such file"):
         read_lines(tmp_path)  # a directory is not a text file
 
 

@@ -461,7 +461,7 @@ def test_strategies_are_made_by_name_and_an_unknown_name_is_one_sentence():
 
     assert make_strategy() is tf.distribute.get_strategy() and make_strategy("default") is make_strategy()
     mirrored = make_strategy("mirrored")
-    assert isinstance(mirrored, tf.distribute.MirroredStrategy) and mirrored.num_replicas_in_sync >= 1
+    assert isinstance(mirrored, tf.distribute.MirroredStrategy)
     with pytest.raises(ValueError, match=r"^unknown strategy 'gpu'; choose one of default, mirrored, multiworker, tpu"):
         make_strategy("gpu")
 
@@ -520,25 +520,29 @@ def test_the_loops_validation_loss_is_keras_evaluates_with_dropout_off_on_batche
 
 
 def test_the_loop_for_workers_shows_fits_progress_bar_by_default_and_fits_lines_at_verbose_2(capsys):
-    """Its printed progress against `fit`'s on the same model and batches, times and losses blanked out."""
+    """Its printed progress against `fit`'s on the same model and batches, times and losses blanked out: by default
+    each epoch's bar as it is left at the epoch's end (how often it is redrawn before depends on the machine's
+    pace), at verbose 2 every line, at 0 nothing."""
     from kformer.training.distribute import fit_across_workers
 
     def shown(run):
         model, data = counting_model()
         run(model, data)
-        printed = re.sub(r"\d+(\.\d+)?(ms|us|s)(/step)?", "T", capsys.readouterr().out)
+        printed = re.sub(r"\d+(\.\d+)?(ms|us|s)(/step)?", "T", capsys.readouterr().out.replace("\b", ""))
         printed = re.sub(r"loss: \d+\.\d+(e[-+]\d+)?", "loss: L", printed)
-        return [part.strip() for part in re.split(r"[\r\n]", printed) if part.strip()]  # each redrawing, unpadded
+        return [epoch.split("\r")[-1].strip() for epoch in printed.split("\n") if epoch.strip()]  # the last drawing
 
     def fit(**verbose):
         return lambda model, data: model.fit(data(None), epochs=2, steps_per_epoch=4, shuffle=False, **verbose)
 
     by_default = shown(lambda model, data: fit_across_workers(model, data, 2, 4, []))
     assert by_default == shown(fit())
-    assert "Epoch 2/2" in by_default and any(part.startswith("\x1b[1m4/4\x1b[0m \x1b[32m━") for part in by_default)
+    bar = "\x1b[1m4/4\x1b[0m \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m\x1b[37m\x1b[0m \x1b[1mT\x1b[0m T - loss: L"
+    assert by_default == ["Epoch 1/2", bar, "Epoch 2/2", bar]
     lines = shown(lambda model, data: fit_across_workers(model, data, 2, 4, [], verbose=2))
-    assert lines == shown(fit(verbose=2))
-    assert lines == ["Epoch 1/2", "4/4 - T - T - loss: L", "Epoch 2/2", "4/4 - T - T - loss: L"]
+    assert (
+        lines == shown(fit(verbose=2)) == ["Epoch 1/2", "4/4 - T - T - loss: L", "Epoch 2/2", "4/4 - T - T - loss: L"]
+    )
     assert shown(lambda model, data: fit_across_workers(model, data, 2, 4, [], verbose=0)) == []
 
 

@@ -121,16 +121,23 @@ def test_a_decoder_only_model_has_the_translators_defaults_and_takes_its_setting
 
 
 def test_release_0_1_0s_shared_table_config_builds_todays_transformer_with_one_table():
-    """The config release 0.1.0 saved for a shared vocabulary (tests/data/release-0.1.0/translator/model.keras)."""
+    """The config release 0.1.0 saved for a shared vocabulary, read from its model file."""
+    import json
+    import zipfile
+
+    from conftest import REPO
+
     from kformer.model import SharedEmbeddingTransformer, Transformer
 
-    saved = dict(name="transformer", vocab_size=25, norm_first=False, tie_embeddings=True, dropout=0.1, **SMALL)
-    model = SharedEmbeddingTransformer.from_config(dict(saved))
+    with zipfile.ZipFile(REPO / "tests/data/release-0.1.0/translator/model.keras") as archive:
+        saved = json.loads(archive.read("config.json"))
+    assert saved["class_name"] == "SharedEmbeddingTransformer" and saved["config"]["vocab_size"] == 191
+    model = SharedEmbeddingTransformer.from_config(dict(saved["config"]))
     assert type(model) is Transformer and model.get_layer("encoder").embedding is model.get_layer("decoder").embedding
     config = model.get_config()
-    assert (config["src_vocab_size"], config["tgt_vocab_size"], config["share_embeddings"]) == (25, 25, True)
-    assert {key: config[key] for key in saved if key != "vocab_size"} == {
-        k: v for k, v in saved.items() if k != "vocab_size"
+    assert (config["src_vocab_size"], config["tgt_vocab_size"], config["share_embeddings"]) == (191, 191, True)
+    assert {key: config[key] for key in saved["config"] if key != "vocab_size"} == {
+        key: value for key, value in saved["config"].items() if key != "vocab_size"
     }
 
 

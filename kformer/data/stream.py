@@ -184,9 +184,9 @@ def _stream_splits(corpus, held_out, sample_size, valid_fraction, test_fraction,
         )
     splits = {"train": [], "valid": [], "test": []}
     wanted = {"train": sample_size, "valid": held_out, "test": held_out}
-    pairs, lines, seen, started, shown = iter(corpus), 0, 0, time.perf_counter(), time.perf_counter()
+    pairs, count, seen, started, shown = iter(corpus), 0, 0, time.perf_counter(), time.perf_counter()
     try:
-        for lines, pair in enumerate(pairs, start=1):
+        for count, pair in enumerate(pairs, start=1):  # pairs, not lines: blank lines are skipped
             name = split_of(pair[0], valid_fraction, test_fraction)
             seen += name == "train"
             if len(splits[name]) < wanted[name]:
@@ -195,7 +195,7 @@ def _stream_splits(corpus, held_out, sample_size, valid_fraction, test_fraction,
                 break
             if verbose and time.perf_counter() - shown > 10:
                 shown = time.perf_counter()
-                print(f"  {lines:,} lines, {corpus.position() / corpus.size:.0%} of the file ...", flush=True)
+                print(f"  {count:,} pairs, {corpus.position() / corpus.size:.0%} of the file ...", flush=True)
         ended = next(pairs, None) is None  # the pass reached the end of the file
         read = corpus.size if ended else corpus.position()
     finally:
@@ -205,7 +205,7 @@ def _stream_splits(corpus, held_out, sample_size, valid_fraction, test_fraction,
     estimated = seen if ended else round(seen * corpus.size / max(read, 1))
     if verbose:
         print(
-            f"Read {lines:,} lines ({read / 2**20:,.0f} MB) in {time.perf_counter() - started:.0f} s; "
+            f"Read {count:,} pairs ({read / 2**20:,.0f} MB) in {time.perf_counter() - started:.0f} s; "
             f"{'' if ended else 'about '}{estimated:,} training pairs in all.",
             flush=True,
         )

@@ -22,7 +22,8 @@ class Generator(tf.Module):
     Args:
         model: a language-model directory (`kformer train --task lm`) or a
             loaded `TrainedModel` of a language model (no source tokenizer).
-        max_new_tokens: the most tokens written after a prompt.
+        max_new_tokens: the most tokens written after a prompt (a prompt over the model's
+            `max_length` tokens is read up to it: its first `max_length` tokens).
         temperature: 0 for greedy (always the most likely token); above 0,
             sample from the softmax of logits / temperature.
         top_k: sample only among the k most likely tokens (0: no limit).
