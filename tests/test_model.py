@@ -144,10 +144,29 @@ def test_release_0_1_0s_shared_table_config_builds_todays_transformer_with_one_t
 def test_a_transformers_config_rebuilds_it_with_its_name_and_settings():
     from kformer.model import Transformer
 
-    model = build_transformer(20, 30, norm_first=True, tie_embeddings=True, name="my_translator", **SMALL)
+    settings = dict(d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.3, norm_first=True)
+    model = build_transformer(20, 30, tie_embeddings=True, name="my_translator", **settings)
     again = Transformer.from_config(model.get_config())
     assert again.name == "my_translator" and again.get_config() == model.get_config()
     assert again.count_params() == model.count_params() and again.get_layer("decoder").final_norm is not None
+    for stack in ("encoder", "decoder"):  # each setting reaches both stacks
+        config = again.get_layer(stack).get_config()
+        assert {key: config[key] for key in settings} == settings, stack
+    assert build_transformer(20, 30, **SMALL).name == build_transformer(20, 30, **SMALL).name == "transformer"
+    assert build_transformer(20, 30, trainable=False, **SMALL).trainable is False  # Keras's own arguments reach it
+
+
+def test_a_stack_built_alone_has_the_models_defaults():
+    """`Encoder` and `Decoder` are public layers: without dropout, pre-LN or tying given they are as in a model."""
+    from kformer.model import Decoder, Encoder
+
+    model = build_transformer(20, 20, **SMALL)
+    sizes = (SMALL["d_model"], SMALL["num_heads"], SMALL["num_layers"], SMALL["d_ff"])
+    for alone, stack in ((Encoder(20, *sizes), "encoder"), (Decoder(20, *sizes), "decoder")):
+        expected = model.get_layer(stack).get_config()
+        assert {key: alone.get_config()[key] for key in expected if key != "name"} == {
+            key: value for key, value in expected.items() if key != "name"
+        }, stack
 
 
 def test_pre_ln_stack_ends_with_a_layer_norm():
@@ -179,3 +198,16 @@ def test_the_embeddings_are_dropped_while_training():
     np.testing.assert_allclose(to_numpy(encoder(tokens, training=True)), to_numpy(encoder(tokens)), atol=1e-6)
     encoder.embedding_dropout.rate = 0.5
     assert not np.allclose(to_numpy(encoder(tokens, training=True)), to_numpy(encoder(tokens)), atol=1e-3)
+
+
+def test_saved_weights_load_into_a_model_built_later_whatever_keras_has_named_since(tmp_path):
+    """Keras keeps a list's layers in a weights file under their names: the blocks are named block_0, block_1, ...
+    in every model, not by Keras's running count, which other models built in between move on."""
+    model = build_transformer(20, 30, **SMALL)
+    model.save_weights(tmp_path / "model.weights.h5")
+    build_transformer(20, 30, **SMALL)  # Keras's counts of its layers' names move on
+    later = build_transformer(20, 30, **SMALL)
+    later.load_weights(tmp_path / "model.weights.h5")
+    sources, targets = tokens(2, 5, vocab=20), tokens(2, 4, vocab=30)
+    np.testing.assert_array_equal(to_numpy(later([sources, targets])), to_numpy(model([sources, targets])))
+    assert [block.name for block in later.get_layer("decoder").blocks] == ["block_0", "block_1"]
