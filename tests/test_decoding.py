@@ -68,8 +68,12 @@ def assert_steps_equal_the_full_decoder(model, buffer_length, seed=1):
 
 
 def test_cached_step_logits_equal_the_full_decoder(random_model):
-    """A cache of exactly the 7 positions decoded."""
+    """A cache of exactly the 7 positions decoded; and of a pre-LN model, whose steps end with its last LayerNorm."""
     assert_steps_equal_the_full_decoder(random_model, buffer_length=7)
+    keras.utils.set_random_seed(3)
+    pre_ln = build_transformer(len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0,
+                               norm_first=True)  # fmt: skip
+    assert_steps_equal_the_full_decoder(pre_ln, buffer_length=7)
 
 
 def test_buffers_of_a_length_known_at_run_time_grow_as_written(random_model):
