@@ -211,3 +211,27 @@ def test_saved_weights_load_into_a_model_built_later_whatever_keras_has_named_si
     sources, targets = tokens(2, 5, vocab=20), tokens(2, 4, vocab=30)
     np.testing.assert_array_equal(to_numpy(later([sources, targets])), to_numpy(model([sources, targets])))
     assert [block.name for block in later.get_layer("decoder").blocks] == ["block_0", "block_1"]
+
+
+def test_a_stacks_attention_weights_are_each_blocks_own_causal_and_blind_to_source_padding():
+    """What attention maps and alignments read (`run_with_attention`): the states of the stack's own call, and for
+    each block its weights, each row a distribution: the decoder's causal, its cross-attention's zero on [PAD]."""
+    from kformer.layers import make_padding_mask
+
+    model = build_transformer(20, 30, **SMALL)
+    encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
+    source, target = np.array([[5, 6, 7, 0, 0]], "int32"), np.array([[2, 8, 9, 10]], "int32")
+    context, encoder_weights = encoder.run_with_attention(source)
+    np.testing.assert_allclose(to_numpy(context), to_numpy(encoder(source)), atol=1e-6)
+    states, decoder_weights = decoder.run_with_attention(target, context, make_padding_mask(source))
+    logits = to_numpy(decoder.logits(states))
+    np.testing.assert_allclose(
+        logits, to_numpy(decoder(target, context=context, context_padding_mask=make_padding_mask(source))), atol=1e-5
+    )
+    assert len(encoder_weights) == len(decoder_weights) == SMALL["num_layers"]
+    for block in decoder_weights:
+        own, cross = to_numpy(block["self_attention"])[0], to_numpy(block["cross_attention"])[0]  # (H, T, T), (H, T, S)
+        np.testing.assert_allclose(own.sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)
+        assert np.all(np.triu(own, k=1) == 0) and np.all(cross[..., 3:] == 0)
+    assert all(to_numpy(block["self_attention"])[0][..., 3:].max() == 0 for block in encoder_weights)  # [PAD] keys
