@@ -149,9 +149,12 @@ def test_a_transformers_config_rebuilds_it_with_its_name_and_settings():
     again = Transformer.from_config(model.get_config())
     assert again.name == "my_translator" and again.get_config() == model.get_config()
     assert again.count_params() == model.count_params() and again.get_layer("decoder").final_norm is not None
-    for stack in ("encoder", "decoder"):  # each setting reaches both stacks
+    for stack in ("encoder", "decoder"):  # each setting reaches both stacks and their blocks
         config = again.get_layer(stack).get_config()
         assert {key: config[key] for key in settings} == settings, stack
+        for block in again.get_layer(stack).blocks:
+            assert (block.dropout, block.norm_first, block.layer_norm_epsilon) == (0.3, True, 1e-6), stack
+        assert again.get_layer(stack).final_norm.epsilon == 1e-6  # the blocks' epsilon, not Keras's 1e-3
     assert build_transformer(20, 30, **SMALL).name == build_transformer(20, 30, **SMALL).name == "transformer"
     assert build_transformer(20, 30, trainable=False, **SMALL).trainable is False  # Keras's own arguments reach it
 
@@ -175,10 +178,11 @@ def test_pre_ln_stack_ends_with_a_layer_norm():
     assert build_transformer(20, 30, **SMALL).get_layer("encoder").final_norm is None
 
 
-def test_mixed_precision_keeps_logits_float32():
+@pytest.mark.parametrize("tie_embeddings", [False, True])
+def test_mixed_precision_keeps_logits_float32(tie_embeddings):
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
-        model = build_transformer(20, 30, **SMALL)
+        model = build_transformer(20, 20, tie_embeddings=tie_embeddings, **SMALL)  # tied: the table is float32
         logits = model([tokens(2, 5), tokens(2, 4)])
         assert keras.backend.standardize_dtype(logits.dtype) == "float32"
         assert np.isfinite(to_numpy(logits)).all()
