@@ -296,6 +296,16 @@ class Calls(keras.callbacks.Callback):
         self.calls.append((hook, index, tuple(sorted(logs)), logs.get("loss"), logs.get("val_loss")))
 
 
+def copy_sequences(seed):
+    """48 sequences of 5 tokens to copy, unbatched: ((source, [START] + source), source + [END])."""
+    import tensorflow as tf
+
+    source = np.random.default_rng(seed).integers(4, 12, size=(48, 5)).astype("int32")
+    decoder_tokens = np.concatenate([np.full((48, 1), 2, "int32"), source], 1)
+    labels = np.concatenate([source, np.full((48, 1), 3, "int32")], 1)
+    return tf.data.Dataset.from_tensor_slices(((source, decoder_tokens), labels))
+
+
 def test_the_loop_for_workers_calls_the_same_callbacks_as_fit_and_ends_as_fit_does():
     """Under the default strategy, `fit_across_workers` and `model.fit`, from the same weights on the same
     batches with the same callbacks: the same calls in the same order (every batch's begin and end, each epoch's,
@@ -303,17 +313,12 @@ def test_the_loop_for_workers_calls_the_same_callbacks_as_fit_and_ends_as_fit_do
     stopping both after the second of three epochs, and the same weights at the end, the optimizer's moving
     average (--ema) put into them (without it the weights are the raw ones, far from these)."""
     import keras
-    import tensorflow as tf
 
     import kformer
     from kformer.training.distribute import fit_across_workers
     from kformer.training.objectives import compile_for_training
 
-    rng = np.random.default_rng(0)
-    source = rng.integers(4, 12, size=(48, 5)).astype("int32")
-    decoder_tokens = np.concatenate([np.full((48, 1), 2, "int32"), source], 1)
-    labels = np.concatenate([source, np.full((48, 1), 3, "int32")], 1)
-    batches = tf.data.Dataset.from_tensor_slices(((source, decoder_tokens), labels)).batch(12)
+    batches = copy_sequences(seed=0).batch(12)
     keras.utils.set_random_seed(0)
     initial = kformer.build_transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32).get_weights()
     runs = {}
@@ -495,17 +500,12 @@ def test_the_loops_validation_loss_is_keras_evaluates_with_dropout_off_on_batche
     """`evaluate` (the reference) weighs each batch by its sequences and runs the model for inference: on batches
     of 20, 20 and 8 of a model with dropout 0.5, the loop's validation loss is evaluate's, and the test hooks get
     the running mean at each batch's end."""
-    import tensorflow as tf
 
     import kformer
     from kformer.training.distribute import _validation_loss
     from kformer.training.objectives import compile_for_training
 
-    rng = np.random.default_rng(1)
-    source = rng.integers(4, 12, size=(48, 5)).astype("int32")
-    decoder_tokens = np.concatenate([np.full((48, 1), 2, "int32"), source], 1)
-    labels = np.concatenate([source, np.full((48, 1), 3, "int32")], 1)
-    data = tf.data.Dataset.from_tensor_slices(((source, decoder_tokens), labels)).batch(20)
+    data = copy_sequences(seed=1).batch(20)
     keras.utils.set_random_seed(0)
     model = kformer.build_transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.5)
     compile_for_training(model, 16, warmup_steps=4, jit_compile=False)
@@ -617,24 +617,25 @@ def test_a_worker_lost_in_a_step_or_at_an_epochs_end_stops_the_loop_with_its_sen
 
         return run
 
-    monkeypatch.setattr(distribute, "_train_step", failing_third_step)
-    (tmp_path / "state.json").write_text('{"step": 2, "epoch": 0, "seconds": 1.0, "weights": "w"}')
-    saved = rf"the run is saved at step 2 in {re.escape(str(tmp_path))}; run the same command on every worker"
-    with pytest.raises(
-        WorkerLost, match=rf"^another worker stopped answering at step 3 \(UnavailableError: Socket closed\): .*{saved}"
-    ):
-        fit_across_workers(*counting_model(), 2, 4, [], backup=Backup(tmp_path, every_steps=1000), verbose=0)
-
     def gone(strategy, flag):
         raise tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded")
 
+    def stops_saying(message, saved_step=None):
+        backup, message = None, "^another worker stopped answering at " + message
+        if saved_step is None:
+            message += r".* there is no backup to resume from yet"
+        else:
+            (tmp_path / "state.json").write_text(
+                f'{{"step": {saved_step}, "epoch": 0, "seconds": 1.0, "weights": "w"}}'
+            )
+            backup = Backup(tmp_path, every_steps=1000)
+            message += rf".* the run is saved at step {saved_step} in {re.escape(str(tmp_path))}; run the same command"
+        with pytest.raises(WorkerLost, match=message):
+            fit_across_workers(*counting_model(), 2, 4, [], backup=backup, verbose=0)
+
+    monkeypatch.setattr(distribute, "_train_step", failing_third_step)
+    stops_saying(r"step 3 \(UnavailableError: Socket closed\): ", saved_step=2)
     monkeypatch.setattr(distribute, "_train_step", real_step)
     monkeypatch.setattr(distribute, "_any_worker", gone)
-    (tmp_path / "state.json").write_text('{"step": 4, "epoch": 1, "seconds": 1.0, "weights": "w"}')
-    saved = rf"the run is saved at step 4 in {re.escape(str(tmp_path))}"
-    with pytest.raises(
-        WorkerLost, match=rf"^another worker stopped answering at step 4 \(DeadlineExceededError: .*{saved}"
-    ):
-        fit_across_workers(*counting_model(), 2, 4, [], backup=Backup(tmp_path, every_steps=1000), verbose=0)
-    with pytest.raises(WorkerLost, match=r"at step 4 \(DeadlineExceededError: Deadline Exceeded\): .* no backup"):
-        fit_across_workers(*counting_model(), 2, 4, [], verbose=0)
+    stops_saying(r"step 4 \(DeadlineExceededError: Deadline Exceeded\): ", saved_step=4)
+    stops_saying(r"step 4 \(DeadlineExceededError: Deadline Exceeded\): ")
