@@ -119,7 +119,7 @@ class Mixture(TrainingStream):
     `make_dataset`). Like a stream, its batches are not counted: it is always repeated.
 
     Attributes:
-        parts: each corpus's training pairs, a list or a `TrainingStream`.
+        parts: each corpus's training pairs, a `TrainingStream` or `InMemoryPairs` (`training_pairs`).
         weights: one positive number a part.
         sample: pairs drawn from the parts' samples by weight (a small part's again when it runs out), as
             many as they hold together: the vocabularies and lengths are learned from it.
@@ -127,8 +127,9 @@ class Mixture(TrainingStream):
     """
 
     def __init__(self, parts, weights, seed=0):
-        self.parts, self.weights = list(parts), [float(weight) for weight in weights]
-        samples = [getattr(part, "sample", part) for part in self.parts]
+        self.parts = [training_pairs(part, f"corpus {index + 1} of the mixture") for index, part in enumerate(parts)]
+        self.weights = [float(weight) for weight in weights]
+        samples = [part.sample for part in self.parts]
         for index, sample in enumerate(samples):
             if not sample:
                 raise DataError(f"corpus {index + 1} of the mixture has no training pairs; give it more pairs.")
@@ -138,21 +139,19 @@ class Mixture(TrainingStream):
         for index in drawn:
             self.sample.append(samples[index][taken[index] % len(samples[index])])
             taken[index] += 1
-        self.estimated_pairs = sum(part.estimated_pairs if isinstance(part, TrainingStream) else len(part)
-                                   for part in self.parts)  # fmt: skip
+        self.estimated_pairs = sum(part.estimated_pairs for part in self.parts)
 
     @property
     def error(self):
-        errors = [part.error for part in self.parts if isinstance(part, TrainingStream) and part.error]
+        errors = [part.error for part in self.parts if part.error]
         return errors[0] if errors else None
 
     def share(self, index, count):
-        """Worker `index` of `count`'s share of every part (a list's every `count`-th pair), with the same weights."""
+        """Worker `index` of `count`'s share of every part (see each part's `share`), with the same weights."""
         if count == 1:
             return self
         mine = copy.copy(self)
-        mine.parts = [part.share(index, count) if isinstance(part, TrainingStream) else part[index::count]
-                      for part in self.parts]  # fmt: skip
+        mine.parts = [part.share(index, count) for part in self.parts]
         return mine
 
     def __iter__(self):
