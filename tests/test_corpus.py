@@ -17,7 +17,11 @@ from kformer.data.corpus import (
     agreement_pairs,
     builtin_splits,
     held_out_pairs,
+    role_swap_pairs,
 )
+
+PRESENT = {form for verb in INTRANSITIVE + TRANSITIVE for form in (verb.english, verb.english_plural)}
+PAST = {verb.english_past for verb in INTRANSITIVE + TRANSITIVE}  # no English form is in both
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +156,9 @@ def test_agreement_pairs_put_a_noun_of_the_other_number_between_subject_and_verb
         verbs = {(verb.spanish, verb.spanish_plural) for verb in INTRANSITIVE}
         english_verbs = {form for verb in INTRANSITIVE for form in (verb.english, verb.english_plural)}
     assert {english.split()[-1] for english, *_ in sentences} <= english_verbs
+    assert {word for english, *_ in sentences for word in english.split()} & (PRESENT | PAST) <= (
+        PAST if past else PRESENT
+    )
     for english, spanish, right, wrong in sentences:
         assert (right, wrong) in verbs or (wrong, right) in verbs
         assert spanish.split()[-1] == right and " que " in spanish and " that " in english
@@ -197,6 +204,57 @@ def test_the_harder_corpus_hides_the_verbs_number_in_english_and_shows_it_in_spa
     assert min(found.values()) > 0, found
 
 
+def test_agreement_pairs_are_distinct_and_leave_out_what_they_are_told():
+    """5,000 draws make a few sentences twice: each is kept once, and an excluded one not at all."""
+    english = [sentence for sentence, *_ in agreement_pairs(5_000)]
+    assert len(set(english)) == 5_000
+    again = [sentence for sentence, *_ in agreement_pairs(50, exclude=english[:25])]
+    assert len(set(again)) == 50 and not set(english[:25]) & set(again)
+    assert len(agreement_pairs()) == 200  # the count the course's figures and bench/stages.py use
+
+
+def test_the_harder_corpus_puts_the_verbs_of_a_sentence_in_one_tense():
+    """ "the cat that saw the dogs slept", never "the cat that sees the dogs slept"."""
+    with_two_verbs = {"present": 0, "past": 0}  # relative clauses, of both kinds
+    for english, _ in (pair for split in builtin_splits(harder=True).values() for pair in split):
+        tenses = {"past" if word in PAST else "present" for word in english.split() if word in PAST | PRESENT}
+        assert len(tenses) == 1, english
+        if " that " in english:
+            with_two_verbs[tenses.pop()] += 1
+    assert min(with_two_verbs.values()) > 2_000, with_two_verbs
+
+
+def test_role_swap_pairs_trade_subject_and_object_in_the_same_words():
+    """ "the dog sees a cat" / "a cat sees the dog" -> "el perro ve a un gato" / "un gato ve al perro"."""
+    train = [english for english, _ in builtin_splits()["train"]]
+    pairs = role_swap_pairs(100, exclude=train)
+    english = [sentence for sentence, _ in pairs]
+    assert len(set(english)) == 200 and not set(english) & set(train)
+    assert len(role_swap_pairs()) == 400  # twice the count the course and bench/stages.py use
+    verbs = {form: verb for verb in TRANSITIVE for form in (verb.english, verb.english_plural)}
+    nouns = {
+        form: (noun, plural) for noun in ANIMATE for plural, form in enumerate((noun.english, noun.english_plural))
+    }
+    held_out = held_out_phrases()
+
+    def personal_a(phrase):  # a + el -> al
+        return f"al {phrase[3:]}" if phrase.startswith("el ") else f"a {phrase}"
+
+    for (first, first_spanish), (second, second_spanish) in zip(pairs[::2], pairs[1::2], strict=True):
+        words = first.split()
+        at = next(i for i, word in enumerate(words) if word in verbs)  # present tense: no past form is a key
+        subject, obj = words[:at], words[at + 1 :]
+        assert second.split() == [*obj, words[at], *subject], (first, second)
+        (subject_noun, plural), (object_noun, object_plural) = nouns[subject[-1]], nouns[obj[-1]]
+        assert plural == object_plural and subject_noun != object_noun, first
+        verb = verbs[words[at]]
+        assert words[at] == (verb.english_plural if plural else verb.english), first
+        subject_spanish, object_spanish = first_spanish.split(f" {verb.spanish_plural if plural else verb.spanish} ")
+        twin_subject, twin_object = second_spanish.split(f" {verb.spanish_plural if plural else verb.spanish} ")
+        assert (object_spanish, twin_object) == (personal_a(twin_subject), personal_a(subject_spanish)), pairs
+        assert not any(" ".join(pair) in held_out for pair in zip(words, words[1:], strict=False)), first
+
+
 def test_the_harder_mode_leaves_the_default_corpus_as_it_was():
     """Every result recorded on the default corpus stands: its bytes are those of release a1770db."""
     splits = builtin_splits()
@@ -205,3 +263,13 @@ def test_the_harder_mode_leaves_the_default_corpus_as_it_was():
     assert digest == "b39f0d2c2005dd13559db72186c5364d147bc42f6c1213fce40961f770bef5e1"
     digest = hashlib.sha256(json.dumps(agreement_pairs(200, exclude=train)).encode()).hexdigest()
     assert digest == "088baa74b6da2823069119500ab231425825ec00460f5ce78ef0a37dcf65a2ad"
+
+
+def test_the_probe_sets_of_recorded_results_stand():
+    """bench/stages.py's rows and chapters 4 and 4b were measured on these sets: their bytes as recorded."""
+    train = [english for english, _ in builtin_splits()["train"]]
+    harder_train = [english for english, _ in builtin_splits(harder=True)["train"]]
+    digest = hashlib.sha256(json.dumps(role_swap_pairs(200, exclude=train)).encode()).hexdigest()
+    assert digest == "b2149e94ec60dcb7fe9eaba7183910fe9a228ffe3486a596918828d1808c7f25"
+    digest = hashlib.sha256(json.dumps(agreement_pairs(200, exclude=harder_train, past=True)).encode()).hexdigest()
+    assert digest == "0ff0d98bccdd1b77f3fc3db8b6ccf4763ce97d4e20ff9f41c73a20af55eabbbc"

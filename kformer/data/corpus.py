@@ -211,7 +211,7 @@ def _after(spanish_word, phrase):
     return f"{spanish_word} {phrase.spanish}"
 
 
-def _object(rng, verb):
+def _object(rng):
     phrase = _noun_phrase(rng, ANIMATE + THINGS)
     spanish = _after("a", phrase) if phrase.noun.animate else phrase.spanish
     return phrase, spanish
@@ -234,7 +234,7 @@ def _sentence(rng, harder=False):
     english, spanish = [subject.english], [subject.spanish]
     if template == "subject_relative":  # the cat that sees the dogs sleeps
         verb = rng.choice(TRANSITIVE)
-        obj, obj_spanish = _object(rng, verb)
+        obj, obj_spanish = _object(rng)
         en_verb, es_verb = _verb(verb, subject, past)
         english += ["that", en_verb, obj.english]
         spanish += ["que", es_verb, obj_spanish]
@@ -247,7 +247,7 @@ def _sentence(rng, harder=False):
         phrases.append(inner)
     if template == "transitive":
         verb = rng.choice(TRANSITIVE)
-        obj, obj_spanish = _object(rng, verb)
+        obj, obj_spanish = _object(rng)
         en_verb, es_verb = _verb(verb, subject, past)
         english += [en_verb, obj.english]
         spanish += [es_verb, obj_spanish]
