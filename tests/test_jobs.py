@@ -464,7 +464,7 @@ def test_a_fine_tuning_run_starts_from_the_base_models_weights_and_tokenizers(tm
         init_from=str(tmp_path / "base"), epochs=1, batch_size=8, learning_rate_scale=1e-9, jit_compile=False
     )
     trained = jobs.train_translator({"train": pairs}, tmp_path / "out", config)
-    assert f"-parameter translator from {tmp_path / 'base'}, on 8 pairs (1 steps an epoch" in capsys.readouterr().out
+    assert f"-parameter translator from {tmp_path / 'base'}, on 8 pairs (1 step an epoch" in capsys.readouterr().out
     assert trained.source_tokenizer.vocabulary == VOCAB and trained.max_length == 12  # the base model's limit
     for tuned, base in zip(trained.model.get_weights(), copy.model.get_weights(), strict=True):
         np.testing.assert_allclose(tuned, base, atol=1e-5)  # one step at a rate of almost nothing
