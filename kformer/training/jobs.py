@@ -460,9 +460,10 @@ def _train(task, pairs, valid_pairs, run, config, verbose, base=None, callbacks=
         if verbose:
             start = f"from {config.init_from}, " if base else ""
             size = f"{'about ' if pairs.approximate else ''}{pairs.estimated_pairs:,}"
+            steps = f"{steps_per_epoch} step{'s' if steps_per_epoch != 1 else ''} an epoch"
             print(
                 f"Training a {model.count_params():,}-parameter {task.noun} {start}on {size} {task.examples} "
-                f"({steps_per_epoch} step{'s' if steps_per_epoch != 1 else ''} an epoch, {policy}{'' if uses_xla(config) else ' without XLA'}, "
+                f"({steps}, {policy}{'' if uses_xla(config) else ' without XLA'}, "
                 f"strategy {config.strategy}) ...",
                 flush=True,
             )
