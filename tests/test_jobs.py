@@ -228,6 +228,37 @@ def test_a_spent_budget_says_why_the_run_stopped_and_warns_when_it_left_too_few_
     assert budget.verbose == 1  # the budget's line instead
 
 
+def summarised(steps, seconds, budget=None, first_step_seconds=None, epochs=None):
+    model = SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.Variable(steps)))
+    return jobs._summary(model, epochs or {}, seconds, "epochs", TrainingConfig(minutes=2), budget, first_step_seconds)
+
+
+def test_the_summary_rounds_times_to_a_tenth_and_warns_below_few_steps_only():
+    spent = SimpleNamespace(expired=True)
+    summary = summarised(jobs.FEW_STEPS - 1, 12.345, spent, None, {"loss": [2.0, 0.123456], "val_loss": []})
+    assert summary == {
+        "steps": jobs.FEW_STEPS - 1,
+        "seconds": 12.3,
+        "epochs_run": 2,
+        "stopped_by": "time budget",
+        "first_step_seconds": 0.0,  # the budget stopped the run before a step ended
+        "warning": f"only {jobs.FEW_STEPS - 1} training steps ran in 2 minutes (the first took 0 s): too few to "
+        "learn from; give more --minutes",
+        "loss": 0.1235,
+    }
+    assert "warning" not in summarised(jobs.FEW_STEPS, 12.345, spent, 3.0)
+    assert summarised(5, 0.06, SimpleNamespace(expired=False), 3.46)["first_step_seconds"] == 3.5
+
+
+def test_the_report_draws_curves_only_where_asked_and_once_an_epoch_ended(tmp_path, capsys):
+    epochs = {"loss": [2.0, 1.0], "val_loss": [2.5, 1.5]}
+    jobs._report({"warning": "only 3 training steps ran"}, epochs, None, verbose=1)  # a worker: no file, no error
+    assert capsys.readouterr().out == "Warning: only 3 training steps ran.\n"
+    jobs._report({}, {"loss": []}, tmp_path / "none.png", verbose=1)
+    jobs._report({}, epochs, tmp_path / "curves.png", verbose=0)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["curves.png"]
+
+
 LETTERS = Tokenizer(VOCAB)  # one token a letter
 
 
@@ -432,6 +463,76 @@ def test_a_translators_run_from_its_vocabularies_to_its_model_directory(tmp_path
     assert not RunDirectory(out).backup.exists()
 
 
+def fit_recorded(monkeypatch, best=0.0, raises=None):
+    """`_fit` (model.fit's part of a run) replaced by a recorder of what `_train` hands it; the keeper's best
+    chrF then set to `best`, or `raises` raised. Everything before it runs: vocabularies, model, data."""
+    asked = {}
+
+    def fit(model, schedule, train, valid, steps_per_epoch, run, config, verbose, keeper, callbacks):
+        asked.update(model=model, schedule=schedule, train=train, steps=steps_per_epoch, verbose=verbose)
+        asked.update(keeper=keeper, callbacks=callbacks)
+        if raises is not None:
+            raise raises
+        if keeper is not None:  # none without validation pairs
+            keeper.best = best
+        return None, {"steps": 0}
+
+    monkeypatch.setattr(jobs, "_fit", fit)
+    return asked
+
+
+def test_a_run_hands_fit_its_model_schedule_batches_and_steps_and_keeps_a_best_chrf_of_0(tmp_path, capsys, monkeypatch):
+    """The fast half of the run above, with XLA on (compiled, never run): a best chrF of 0 is a score (-1: none)."""
+    asked, asked_space = fit_recorded(monkeypatch, best=0.0), []
+    monkeypatch.setattr(jobs, "require_space", lambda *asked: asked_space.append(asked))
+    config, own, out = TrainingConfig(**TINY, epochs=1, batch_size=16, max_length=12), Steps(), tmp_path / "out"
+    long = ("one two three four five six seven eight nine ten eleven twelve thirteen", "corto")
+    trained = jobs.train_translator({"train": WORDS * 10 + [long], "valid": WORDS[:2]}, out, config, callbacks=[own])
+    printed = capsys.readouterr().out
+    parameters = trained.model.count_params()
+    assert "-parameter translator on 31 pairs (2 steps an epoch, float32, strategy default) ...\n" in printed
+    assert "Sentences of up to 12 tokens: 1 of 31 training pairs (3.23%) are longer and left out;" in printed
+    assert (asked["model"], asked["steps"], asked["verbose"], list(asked["callbacks"])) == (trained.model, 2, 1, [own])
+    assert float(asked["schedule"].total_steps.numpy()) == 2.0  # the model's schedule, ended with the one epoch
+    (source, _), _ = next(iter(asked["train"]))  # the data itself, repeated: no share of a cluster to pick
+    assert source.shape[0] == 16
+    assert asked["keeper"].path == RunDirectory(out).best_weights
+    assert asked_space == [(out, 32 * parameters, "training this model")]
+    result = trained.config["result"]
+    assert (result["val_chrf_kept"], result["pairs_left_out"], result["steps"]) == (0.0, 1, 0)
+
+
+class Streamed(InMemoryPairs):
+    """Pairs as a stream gives them: counted about, and a bad line found only while training reads it."""
+
+    approximate, error = True, "corpus.tsv, line 31: no tab between source and target."
+
+
+def test_a_streams_run_says_about_and_a_bad_line_found_in_training_is_its_message(tmp_path, capsys, monkeypatch):
+    fit_recorded(monkeypatch, raises=tf.errors.InvalidArgumentError(None, None, "cannot parse line 31"))
+    config = TrainingConfig(**TINY, epochs=1, batch_size=16, max_length=12, jit_compile=False)
+    with pytest.raises(DataError) as raised:
+        jobs._train(TRANSLATION, Streamed(WORDS * 10), [], RunDirectory(tmp_path), config, 1)
+    assert str(raised.value) == f"{Streamed.error} Fix it and run the same command again to resume."
+    assert "-parameter translator on about 30 pairs (2 steps an epoch, float32 without XLA, " in capsys.readouterr().out
+    fit_recorded(monkeypatch, raises=tf.errors.InvalidArgumentError(None, None, "not the data's"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not the data's"):
+        jobs._train(TRANSLATION, InMemoryPairs(WORDS * 10), [], RunDirectory(tmp_path), config, 0)
+
+
+def test_a_worker_of_a_cluster_writes_nothing_and_is_handed_its_share_to_make(tmp_path, monkeypatch):
+    """Under multi-worker the loop makes each worker's share from its input context (`_training_data`)."""
+    asked = fit_recorded(monkeypatch)
+    monkeypatch.setattr(jobs, "make_strategy", lambda name: tf.distribute.get_strategy())  # no cluster to join
+    cluster = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
+    config = TrainingConfig(**TINY, epochs=1, batch_size=16, max_length=12, strategy="multiworker", jit_compile=False)
+    jobs._train(TRANSLATION, InMemoryPairs(WORDS * 10), [], RunDirectory(tmp_path / "out"), config, 0)
+    assert not (tmp_path / "out").exists()  # neither vocabularies nor a model: the chief writes them
+    (source, _), _ = next(iter(asked["train"](tf.distribute.InputContext(2, 1, 2))))
+    assert source.shape[0] == 8  # a replica's half of the batch
+
+
 def test_a_run_stopped_by_a_callback_leaves_its_vocabularies_and_task_for_the_resume(tmp_path):
     class Fails(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -456,18 +557,17 @@ def saved_base(folder):
     return copy
 
 
-@pytest.mark.slow  # about 20 s: trains; the default suite ran 8 min 21 s with it
-def test_a_fine_tuning_run_starts_from_the_base_models_weights_and_tokenizers(tmp_path, capsys):
+def test_a_fine_tuning_run_starts_from_the_base_models_weights_tokenizers_and_limit(tmp_path, capsys, monkeypatch):
+    asked = fit_recorded(monkeypatch)
     copy = saved_base(tmp_path / "base")
     pairs = [("a b c", "a b c"), ("d e f", "d e f")] * 4
-    config = TrainingConfig(
-        init_from=str(tmp_path / "base"), epochs=1, batch_size=8, learning_rate_scale=1e-9, jit_compile=False
-    )
+    config = TrainingConfig(init_from=str(tmp_path / "base"), epochs=1, batch_size=8, jit_compile=False)
     trained = jobs.train_translator({"train": pairs}, tmp_path / "out", config)
     assert f"-parameter translator from {tmp_path / 'base'}, on 8 pairs (1 step an epoch" in capsys.readouterr().out
     assert trained.source_tokenizer.vocabulary == VOCAB and trained.max_length == 12  # the base model's limit
+    assert asked["model"] is trained.model
     for tuned, base in zip(trained.model.get_weights(), copy.model.get_weights(), strict=True):
-        np.testing.assert_allclose(tuned, base, atol=1e-5)  # one step at a rate of almost nothing
+        np.testing.assert_array_equal(tuned, base)
 
 
 def test_a_language_models_run_scores_its_held_out_lines(tmp_path, capsys):
