@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import zipfile
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -333,3 +334,62 @@ def test_kformer_train_and_the_translator_default_to_what_the_readme_states():
     assert (config.label_smoothing, config.batch_size, config.backup_steps) == (0.1, 64, 500)
     defaults = inspect.signature(Translator).parameters
     assert (defaults["length_penalty"].default, defaults["xla"].default) == (0.6, True)
+
+
+def recorder(monkeypatch, module, name, returns=None):
+    """`module.name` replaced by a recorder of its calls, (args, kwargs) each: what the command hands on."""
+    calls = []
+    monkeypatch.setattr(module, name, lambda *args, **kwargs: calls.append((args, kwargs)) or returns)
+    return calls
+
+
+def test_kformer_export_hands_every_flag_to_export(monkeypatch):
+    import kformer.deploy.export
+
+    calls = recorder(monkeypatch, kformer.deploy.export, "export")
+    argv = "export --model m --out o --formats saved_model,,onnx --quantize int8 --name ende --version 3 --beam 4"
+    assert main([*argv.split(), "--length-penalty", "0.2", "--max-tokens", "9", "--xla"]) == 0
+    assert main("export --model m --out o".split()) == 0
+    assert calls == [
+        (("m", "o"), dict(formats=["saved_model", "onnx"], quantize=["int8"], name="ende", version=3, beam_size=4,
+                          length_penalty=0.2, max_new_tokens=9, xla=True)),
+        (("m", "o"), dict(formats=list(kformer.deploy.FORMATS), quantize=[], name="kformer", version=1, beam_size=1,
+                          length_penalty=None, max_new_tokens=50, xla=False)),
+    ]  # fmt: skip
+
+
+def test_kformer_demo_trains_the_demo_recipe_over_its_last_run_and_shows_the_seed_sentences(
+    tmp_path, monkeypatch, capsys
+):
+    """The training and the scoring recorded, not run (the end-to-end run is slow, above)."""
+    import kformer.inference.translator
+    import kformer.training.evaluation
+    import kformer.training.jobs
+    from kformer.cli import DEMO_CONFIG
+    from kformer.data.corpus import SEED_SENTENCES, builtin_splits
+
+    trained = SimpleNamespace(config={"result": {"steps": 1234, "seconds": 95.4}})
+    scores = dict(bleu=40.04, chrf=60.0, exact_match=12.5, n=1000, seconds=3.2)
+    trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", returns=trained)
+    evaluations = recorder(monkeypatch, kformer.training.evaluation, "evaluate", returns=scores)
+    translator = SimpleNamespace(translate=lambda sentences: [f"<{sentence}>" for sentence in sentences])
+    monkeypatch.setattr(kformer.inference.translator, "Translator", lambda given: given is trained and translator)
+    assert main(["--quiet", "demo", "--out", str(tmp_path / "d"), "--minutes", "0.5"]) == 0
+    splits = builtin_splits()
+    [((given_splits, out, config, verbose), settings)] = trainings
+    assert (given_splits, out, verbose, settings) == (splits, str(tmp_path / "d"), 0, {"overwrite": True})
+    assert config == TrainingConfig(minutes=0.5, **DEMO_CONFIG)
+    assert evaluations == [((trained, splits["test"]), {})]
+    assert capsys.readouterr().out == "\n".join(
+        [
+            "Built-in English->Spanish corpus: 20,000 training pairs, 1,000 compositional test pairs (adjective-noun "
+            "pairs never seen in training).",
+            "Trained 1,234 steps in 95 s.",
+            "held-out test: BLEU 40.0  chrF 60.0  exact match 12.5%  (1,000 sentences, 3 s)",
+            *(f"  {sentence}  ->  <{sentence}>" for sentence in SEED_SENTENCES),
+            f"Saved the model directory to {tmp_path / 'd'}/ (learning curves: {tmp_path / 'd'}/learning_curves.png).",
+            "",
+        ]
+    )
+    assert main(["--quiet", "demo"]) == 0
+    assert trainings[1][0][1] == "kformer-demo" and trainings[1][0][2].minutes == 2.6
