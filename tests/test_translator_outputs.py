@@ -14,6 +14,7 @@ from conftest import copy_task_model, hesitant_model, numpy_log_softmax, to_nump
 from kformer import Translator
 from kformer.cli import main
 from kformer.data.text import END_ID, PAD_ID, START_ID
+from kformer.inference.translator import SentenceTooLong
 from kformer.model_dir import TrainedModel
 
 SOURCES = ["a b c", "d e f g h", "i j k l a b", "c c d", "l k j i h g f", "e"]
@@ -405,6 +406,21 @@ def test_alignments_link_each_copied_letter_to_itself_and_sum_attention_over_eac
         assert translator.align([s for s, _ in pairs], [t for _, t in pairs], layer=layer) == expected
     with pytest.raises(ValueError, match="align needs one translation a source: got 2 and 1"):
         translator.align(["a", "b"], ["a"])
+
+
+def test_align_reads_a_sentence_of_max_length_tokens_whole_and_refuses_a_longer_one_by_its_number(copier):
+    translator = Translator(copier, max_length=6, xla=False)  # not compiled: align runs the model teacher-forced
+    six = "a b c d e f"
+    assert translator.align([six], [six]) == ["0-0 1-1 2-2 3-3 4-4 5-5"]
+    with pytest.raises(SentenceTooLong) as raised:
+        translator.align(["a b", f"{six} g"], ["a b", "a"])
+    assert (raised.value.index, str(raised.value)) == (
+        1,
+        "sentence 2 has 7 tokens, more than max_length (6); n_best, with_scores, prefix and with_alignments read "
+        "each sentence whole: split it, or translate it without them (then it is read in pieces).",
+    )
+    with pytest.raises(ValueError, match=r"^batch_size must be a positive integer, got batch_size=0\.$"):
+        translator.align([six], [six], batch_size=0)
 
 
 @pytest.mark.slow  # 23 s: n-best lists aligned, two CLI runs
