@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import copy_task_model, hesitant_model, numpy_log_softmax, to_numpy
+from conftest import VOCAB, copy_task_model, hesitant_model, numpy_log_softmax, to_numpy
 
 from kformer import Translator
 from kformer.cli import main
@@ -406,6 +406,23 @@ def test_alignments_link_each_copied_letter_to_itself_and_sum_attention_over_eac
         assert translator.align([s for s, _ in pairs], [t for _, t in pairs], layer=layer) == expected
     with pytest.raises(ValueError, match="align needs one translation a source: got 2 and 1"):
         translator.align(["a", "b"], ["a"])
+
+
+def test_a_model_with_dropout_aligns_with_it_off_as_it_translates(copier):
+    """Dropout on while aligning would move the links at random: they are the inference-mode model's, each time."""
+    import keras
+
+    import kformer
+
+    keras.utils.set_random_seed(3)
+    model = kformer.build_transformer(
+        len(VOCAB), len(VOCAB), d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.5
+    )
+    trained = TrainedModel(model, copier.source_tokenizer, copier.target_tokenizer, copier.config)
+    sources, targets = ["a b c d e f", "l k j i h g f e"], ["f e d c b a", "a b c d e f g h"]
+    expected = [numpy_alignment(trained, source, target) for source, target in zip(sources, targets, strict=True)]
+    translator = Translator(trained, xla=False)
+    assert translator.align(sources, targets) == expected == translator.align(sources, targets)
 
 
 def test_align_reads_a_sentence_of_max_length_tokens_whole_and_refuses_a_longer_one_by_its_number(copier):
