@@ -423,6 +423,10 @@ def test_a_model_with_dropout_aligns_with_it_off_as_it_translates(copier):
     expected = [numpy_alignment(trained, source, target) for source, target in zip(sources, targets, strict=True)]
     translator = Translator(trained, xla=False)
     assert translator.align(sources, targets) == expected == translator.align(sources, targets)
+    # Each alone, without the other's padding: the shorter source's pads are masked out of its cross-attention.
+    alone = [translator.align([source], [target])[0] for source, target in zip(sources, targets, strict=True)]
+    assert alone == expected
+    assert translator.align(["", ""], ["", ""]) == ["", ""]  # a batch with no word at all
 
 
 def test_align_reads_a_sentence_of_max_length_tokens_whole_and_refuses_a_longer_one_by_its_number(copier):
