@@ -393,3 +393,69 @@ def test_kformer_demo_trains_the_demo_recipe_over_its_last_run_and_shows_the_see
     )
     assert main(["--quiet", "demo"]) == 0
     assert trainings[1][0][1] == "kformer-demo" and trainings[1][0][2].minutes == 2.6
+
+
+def test_kformer_train_task_lm_hands_its_text_and_held_out_lines_on_and_reports_perplexity(
+    tmp_path, monkeypatch, capsys
+):
+    """One line in fifty held out by its hash (`split_of`'s rule); the job recorded, not run."""
+    import kformer.training.jobs
+    from kformer.data.corpus import builtin_splits
+    from kformer.data.pairs import split_of
+
+    result = {"val_perplexity": 12.345, "loss": 2.5}
+    calls = recorder(
+        monkeypatch, kformer.training.jobs, "train_language_model", SimpleNamespace(config={"result": result})
+    )
+    text, out = tmp_path / "text.txt", tmp_path / "lm"
+    lines = [f"line {i}" for i in range(300)]
+    text.write_text("\n".join(lines) + "\n")
+    assert main(["--quiet", "train", "--task", "lm", "--data", str(text), "--out", str(out), "--epochs", "3"]) == 0
+    [((given, given_out, config, verbose, overwrite, valid), _)] = calls
+    held = [line for line in lines if split_of(line, test_fraction=0.0) == "valid"]
+    assert (valid, given) == (held, [line for line in lines if line not in held]) and 0 < len(held) < 20
+    assert (given_out, config.epochs, verbose, overwrite) == (str(out), 3, 0, False)
+    assert capsys.readouterr().out == (
+        f"Perplexity on {len(held)} held-out lines: 12.3.\n"
+        f'Saved the language model to {out}/ (try: kformer generate --model {out} "el gato").\n'
+    )
+    del result["val_perplexity"]  # no line hashed out: the training loss instead
+    assert main(["--quiet", "train", "--task", "lm", "--data", "builtin", "--out", str(out), "--overwrite"]) == 0
+    (given, _, _, _, overwrite, valid), _ = calls[1]
+    splits = builtin_splits()
+    assert (given, valid, overwrite) == ([t for _, t in splits["train"]], [t for _, t in splits["valid"]], True)
+    assert (
+        "No line held out to measure perplexity on (one in fifty is); training loss 2.500.\n" in capsys.readouterr().out
+    )
+
+
+def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_to_the_chief(
+    tmp_path, monkeypatch, capsys
+):
+    import kformer.training.evaluation
+    import kformer.training.jobs
+    from kformer.data.corpus import builtin_splits
+
+    trained = SimpleNamespace(config={"result": {}})
+    trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", trained)
+    recorder(monkeypatch, kformer.training.jobs, "train_language_model", trained)
+    scores = dict(bleu=30.0, chrf=50.0, exact_match=1.0, n=1000, seconds=2.0)
+    evaluations = recorder(monkeypatch, kformer.training.evaluation, "evaluate", scores)
+    out = tmp_path / "m"
+    assert main(["--quiet", "train", "--data", "builtin", "--out", str(out), "--batch-size", "8"]) == 0
+    splits = builtin_splits()
+    [((given, given_out, config, verbose, overwrite), _)] = trainings
+    assert (given, given_out, config.batch_size, verbose, overwrite) == (splits, str(out), 8, 0, False)
+    assert evaluations == [((trained, splits["test"]), {})]
+    assert capsys.readouterr().out == (
+        "test split: BLEU 30.0  chrF 50.0  exact match 1.0%  (1,000 sentences, 2 s)\n"
+        f"Saved the model directory to {out}/.\n"
+    )
+    cluster = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
+    for task, saved in (("translate", "model directory"), ("lm", "language model")):
+        argv = ["--quiet", "train", "--task", task, "--data", "builtin", "--out", str(out), "--strategy", "multiworker"]
+        assert main(argv) == 0
+        said = f"Done: this worker's part of the training; the chief saves the {saved} to {out}/.\n"
+        assert capsys.readouterr().out == said
+    assert len(evaluations) == 1  # the chief scores
