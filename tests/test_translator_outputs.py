@@ -139,9 +139,13 @@ def test_decoding_settings_out_of_range_are_one_clear_error(copier, settings, ca
         Translator(copier, **settings).translate(["a b"], **(call or {}))
 
 
-def test_score_needs_a_target_for_each_source(copier):
+def test_score_needs_a_target_for_each_source_and_a_count_for_a_batch_size(copier):
+    translator = Translator(copier, xla=False)
     with pytest.raises(ValueError, match="score needs one target a source: got 2 sources, 1 targets"):
-        Translator(copier).score(["a", "b"], ["a"])
+        translator.score(["a", "b"], ["a"])
+    with pytest.raises(ValueError, match=r"^batch_size must be a positive integer, got batch_size=0\.$"):
+        translator.score(["a"], ["a"], batch_size=0)
+    assert translator.translate([], prefix=[]) == []  # no sentence, no prefix: nothing to read
 
 
 @pytest.fixture(scope="module")
@@ -427,6 +431,11 @@ def test_a_model_with_dropout_aligns_with_it_off_as_it_translates(copier):
     alone = [translator.align([source], [target])[0] for source, target in zip(sources, targets, strict=True)]
     assert alone == expected
     assert translator.align(["", ""], ["", ""]) == ["", ""]  # a batch with no word at all
+    # Scores too are the inference-mode model's: NumPy's log-softmax of its logits, token by token.
+    scored = translator.score(sources, targets)
+    for (source, target), found in zip(zip(sources, targets, strict=True), scored, strict=True):
+        ids = trained.target_tokenizer.tokenize([target]).flat_values.numpy().tolist()
+        np.testing.assert_allclose(found.token_log_probs, numpy_log_probs(trained, source, ids), rtol=1e-4, atol=1e-5)
 
 
 def test_align_reads_a_sentence_of_max_length_tokens_whole_and_refuses_a_longer_one_by_its_number(copier):
