@@ -3,6 +3,7 @@ the plain-Python clients, and a translator that translates each sentence of a li
 
 import re
 import sys
+import types
 import warnings
 
 import numpy as np
@@ -130,6 +131,16 @@ def test_outputs_are_limited_by_their_sources_length_and_a_stop_there_is_reporte
     with pytest.warns(OutputLimitWarning, match=r"2 translation\(s\) stopped at the output limit") as said:
         translator.translate(["a b", "", "c"])
     assert said[0].message.lines == [0, 2]  # the empty line ends at once
+
+
+def test_the_output_limit_warning_names_the_first_ten_lines_and_the_settings_to_raise():
+    translator = types.SimpleNamespace(max_output_ratio=1.5, max_length=12)
+    said = str(OutputLimitWarning(list(range(3, 14)), translator))
+    assert said == (
+        "11 translation(s) stopped at the output limit before their end and may be cut short (input 3, 4, 5, 6, 7, "
+        "8, 9, 10, 11, 12 ...): raise max_output_ratio (now 1.5) or max_length (now 12)."
+    )
+    assert "(input 0, 1, 2, 3, 4, 5, 6, 7, 8, 9): " in str(OutputLimitWarning(list(range(10)), translator))
 
 
 def test_the_cli_names_each_line_whose_translation_stopped_at_the_limit(tmp_path, capsys, monkeypatch):
