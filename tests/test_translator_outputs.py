@@ -86,6 +86,9 @@ def test_the_searchs_log_probabilities_are_the_teacher_forced_ones_of_its_tokens
                 expected = numpy_log_probs(hesitant, source, ids)[:-1].sum()
             assert log_prob == pytest.approx(expected, rel=1e-4, abs=1e-4)
     assert ended >= (len(SOURCES) if beam_size > 1 or model == "copier" else 0)  # both kinds are checked
+    best, best_log_probs = (to_numpy(x) for x in translator.best_ids(encoder))  # what the exports serve: the first
+    assert [list(row[row != PAD_ID]) for row in best] == [list(row[row != PAD_ID]) for row in tokens[:, 0]]
+    np.testing.assert_allclose(best_log_probs, log_probs[:, 0], rtol=1e-5)
 
 
 def test_n_best_lists_are_distinct_best_first_and_begin_with_the_plain_translation(hesitant):
