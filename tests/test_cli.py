@@ -2,12 +2,14 @@
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
 import re
 import subprocess
 import sys
+import warnings
 import zipfile
 from types import SimpleNamespace
 
@@ -459,3 +461,116 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
         said = f"Done: this worker's part of the training; the chief saves the {saved} to {out}/.\n"
         assert capsys.readouterr().out == said
     assert len(evaluations) == 1  # the chief scores
+
+
+class RecordedTranslator:
+    """`Translator` as `kformer translate` uses it, recorded: what it was made with and asked, and for each
+    sentence s its hypotheses s0, s1, ... scored -1, -2, ..., aligned "0-0"; `fails` raised instead."""
+
+    made, asked, fails, warns = [], [], None, None
+
+    def __init__(self, trained, **settings):
+        RecordedTranslator.made.append(settings)
+
+    def translate(self, sentences, batch_size, prefix=None, **options):
+        RecordedTranslator.asked.append(dict(sentences=sentences, batch_size=batch_size, prefix=prefix, **options))
+        if RecordedTranslator.fails is not None:
+            raise RecordedTranslator.fails
+        if RecordedTranslator.warns is not None:
+            warnings.warn(RecordedTranslator.warns(), stacklevel=2)
+
+        def hypothesis(sentence, k):
+            found = (f"{sentence}{k}", -1.0 - k) if options.get("with_scores") else (f"{sentence}{k}",)
+            found += ("0-0",) if options["with_alignments"] else ()
+            return found if len(found) > 1 else found[0]
+
+        n_best = options.get("n_best", 1)
+        return [[hypothesis(s, k) for k in range(n_best)] if n_best > 1 else hypothesis(s, 0) for s in sentences]
+
+
+@pytest.fixture
+def recorded_translator(monkeypatch):
+    import kformer.cli
+    import kformer.inference.translator
+
+    monkeypatch.setattr(kformer.inference.translator, "Translator", RecordedTranslator)
+    vocabulary = SimpleNamespace(target_tokenizer=SimpleNamespace(vocab_size=50))
+    monkeypatch.setattr(kformer.cli, "_load_translator", lambda path: vocabulary)
+    for name, value in dict(made=[], asked=[], fails=None, warns=None).items():
+        monkeypatch.setattr(RecordedTranslator, name, value)
+    return RecordedTranslator
+
+
+def translated(capsys, *argv):
+    assert main(["translate", "--model", "m", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_kformer_translate_hands_its_flags_to_the_translator_and_prints_each_format(
+    recorded_translator, monkeypatch, capsys
+):
+    made, asked = recorded_translator.made, recorded_translator.asked
+    assert translated(capsys, "--beam", "3", "--n-best", "2", "--scores", "a", "b") == (
+        "0\t-1.0000\ta0\n0\t-2.0000\ta1\n1\t-1.0000\tb0\n1\t-2.0000\tb1\n"
+    )
+    defaults = dict(length_penalty=0.6, max_output_ratio=2.0, no_repeat_ngram=0, temperature=0.0, top_k=0, top_p=1.0)
+    assert made[-1] == dict(beam_size=3, **defaults, seed=0)
+    assert asked[-1] == dict(sentences=["a", "b"], batch_size=64, prefix=None, n_best=2, with_scores=True,
+                             with_alignments=False)  # fmt: skip
+    flags = "--json --alignments --length-penalty 1 --max-output-ratio 3 --no-repeat-ngram 2 --temperature 0.5"
+    flags += " --top-k 5 --top-p 0.9 --seed 7 --batch-size 8 --prefix"
+    out = translated(capsys, *flags.split(), "el", "á")
+    assert json.loads(out) == {"index": 0, "source": "á", "hypotheses": [{"translation": "á0", "score": -1.0,
+                                                                          "alignment": "0-0"}]}  # fmt: skip
+    assert '"á"' in out  # not escaped
+    assert made[-1] == dict(beam_size=1, length_penalty=1.0, max_output_ratio=3.0, no_repeat_ngram=2,
+                            temperature=0.5, top_k=5, top_p=0.9, seed=7)  # fmt: skip
+    assert asked[-1] == dict(sentences=["á"], batch_size=8, prefix=["el"], n_best=1, with_scores=True,
+                             with_alignments=True)  # fmt: skip
+    assert translated(capsys, "--alignments", "a", "b") == "a0 ||| 0-0\nb0 ||| 0-0\n"
+    assert asked[-1] == dict(sentences=["a", "b"], batch_size=64, prefix=None, with_alignments=True)
+    assert translated(capsys, "--scores", "--alignments", "a") == "-1.0000\ta0 ||| 0-0\n"
+    assert translated(capsys, "a") == "a0\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\n"))  # batches of --batch-size, counted on across them
+    assert translated(capsys, "--beam", "2", "--n-best", "2", "--batch-size", "2") == (
+        "0\tx0\n0\tx1\n1\ty0\n1\ty1\n2\tz0\n2\tz1\n"
+    )
+    assert [ask["sentences"] for ask in asked[-2:]] == [["x", "y"], ["z"]]
+
+
+def test_kformer_translate_names_the_argument_or_stdin_line_of_a_refusal_or_a_cut_translation(
+    recorded_translator, monkeypatch, capsys
+):
+    from kformer.inference.translator import OutputLimitWarning, SentenceTooLong
+
+    recorded_translator.fails = SentenceTooLong(1, 30, 24)
+    assert main(["translate", "--model", "m", "--n-best", "1", "--scores", "a", "b"]) == 2
+    assert capsys.readouterr().err == (
+        "kformer translate: error: argument 2 has 30 tokens, more than max_length (24); --n-best, --scores, --json, "
+        "--prefix and --alignments read each sentence whole: split it, or translate it without them (then it is read "
+        "in pieces).\n"
+    )
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\n"))
+    assert main(["translate", "--model", "m", "--scores", "--batch-size", "2"]) == 2
+    assert capsys.readouterr().err.startswith("kformer translate: error: stdin line 2 has 30 tokens, ")
+    recorded_translator.fails = ValueError("prefix 0 ('ñ') has no tokens; give target text, or no prefix.")
+    assert main(["translate", "--model", "m", "--prefix", "ñ", "a"]) == 2
+    assert capsys.readouterr().err == (
+        "kformer translate: error: --prefix 'ñ': prefix 0 ('ñ') has no tokens; give target text, or no prefix.\n"
+    )
+    recorded_translator.fails = None
+    recorded_translator.warns = lambda: OutputLimitWarning([1], SimpleNamespace(max_output_ratio=2.0, max_length=24))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\n"))
+    assert main(["translate", "--model", "m", "--batch-size", "2", "--max-output-ratio", "1.5"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "x0\ny0\nz0\n"
+    cut = "its translation stopped at the output limit before its end and may be cut short; raise --max-output-ratio"
+    assert (
+        err == f"kformer: warning: stdin line 2: {cut} (now 1.5).\nkformer: warning: stdin line 4: {cut} (now 1.5).\n"
+    )
+    recorded_translator.warns = lambda: UserWarning("another library's warning")
+    with pytest.warns(UserWarning, match="another library's warning"):  # shown as it would have been
+        assert main(["translate", "--model", "m", "a"]) == 0
+    recorded_translator.warns = None
+    assert main(["translate", "--model", "m", "--beam", "51", "a"]) == 2
+    assert "--beam 51 is more than the 50 tokens of m's target vocabulary; give at most 50." in capsys.readouterr().err
