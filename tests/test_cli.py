@@ -574,3 +574,40 @@ def test_kformer_translate_names_the_argument_or_stdin_line_of_a_refusal_or_a_cu
     recorded_translator.warns = None
     assert main(["translate", "--model", "m", "--beam", "51", "a"]) == 2
     assert "--beam 51 is more than the 50 tokens of m's target vocabulary; give at most 50." in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "raised, code, said",
+    [
+        ("interrupted", 130, "kformer walkthrough: stopped at step 7 and saved; run the same command to resume.\n"),
+        ("ctrl-c", 130, "kformer walkthrough: interrupted.\n"),
+        ("diverged", 1, "kformer walkthrough: error: the loss became NaN at step 3.\n"),
+        ("worker lost", 1, "kformer walkthrough: error: worker 1 stopped answering.\n"),
+        ("disk full", 1, "kformer walkthrough: error: /runs/model.keras: No space left on device.\n"),
+        ("os error", 1, "kformer walkthrough: error: cannot fork.\n"),
+        ("data", 2, "kformer walkthrough: error: pairs.tsv, line 2: no tab.\n"),
+    ],
+)
+def test_each_way_a_command_fails_is_one_line_and_its_exit_code(monkeypatch, capsys, raised, code, said):
+    import errno
+
+    import kformer.cli
+    from kformer.data.pairs import DataError
+    from kformer.training.callbacks import TrainingDiverged, TrainingInterrupted, WorkerLost
+
+    error = {
+        "interrupted": TrainingInterrupted("stopped at step 7 and saved; run the same command to resume."),
+        "ctrl-c": KeyboardInterrupt(),
+        "diverged": TrainingDiverged("the loss became NaN at step 3."),
+        "worker lost": WorkerLost("worker 1 stopped answering."),
+        "disk full": OSError(errno.ENOSPC, "No space left on device", "/runs/model.keras"),
+        "os error": OSError("cannot fork"),
+        "data": DataError("pairs.tsv, line 2: no tab."),
+    }[raised]
+
+    def fails(args):
+        raise error
+
+    monkeypatch.setattr(kformer.cli, "_walkthrough", fails)
+    assert main(["walkthrough"]) == code
+    assert capsys.readouterr().err == said
