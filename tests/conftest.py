@@ -49,6 +49,14 @@ def count_decode_steps(decoder, monkeypatch):
     return steps
 
 
+def recorder(monkeypatch, module, name, returns=None):
+    """`module.name` replaced by a recorder of its calls, one (args, kwargs) each, returning `returns`: what the
+    caller hands on, with the work itself (a training, an export) not done."""
+    calls = []
+    monkeypatch.setattr(module, name, lambda *args, **kwargs: calls.append((args, kwargs)) or returns)
+    return calls
+
+
 def to_numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import REPO, tensorboard_epoch_scalars
+from conftest import REPO, recorder, tensorboard_epoch_scalars
 
 from kformer.cli import _config, build_parser, main
 from kformer.training.config import ARCHITECTURE, TrainingConfig
@@ -338,13 +338,6 @@ def test_kformer_train_and_the_translator_default_to_what_the_readme_states():
     assert (defaults["length_penalty"].default, defaults["xla"].default) == (0.6, True)
 
 
-def recorder(monkeypatch, module, name, returns=None):
-    """`module.name` replaced by a recorder of its calls, (args, kwargs) each: what the command hands on."""
-    calls = []
-    monkeypatch.setattr(module, name, lambda *args, **kwargs: calls.append((args, kwargs)) or returns)
-    return calls
-
-
 def test_kformer_export_hands_every_flag_to_export(monkeypatch):
     import kformer.deploy.export
 
@@ -355,8 +348,8 @@ def test_kformer_export_hands_every_flag_to_export(monkeypatch):
     assert calls == [
         (("m", "o"), dict(formats=["saved_model", "onnx"], quantize=["int8"], name="ende", version=3, beam_size=4,
                           length_penalty=0.2, max_new_tokens=9, xla=True)),
-        (("m", "o"), dict(formats=list(kformer.deploy.FORMATS), quantize=[], name="kformer", version=1, beam_size=1,
-                          length_penalty=None, max_new_tokens=50, xla=False)),
+        (("m", "o"), dict(formats=["saved_model", "tflite", "onnx", "ctranslate2"], quantize=[], name="kformer",
+                          version=1, beam_size=1, length_penalty=None, max_new_tokens=50, xla=False)),
     ]  # fmt: skip
 
 
@@ -374,8 +367,12 @@ def test_kformer_demo_trains_the_demo_recipe_over_its_last_run_and_shows_the_see
     scores = dict(bleu=40.04, chrf=60.0, exact_match=12.5, n=1000, seconds=3.2)
     trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", returns=trained)
     evaluations = recorder(monkeypatch, kformer.training.evaluation, "evaluate", returns=scores)
-    translator = SimpleNamespace(translate=lambda sentences: [f"<{sentence}>" for sentence in sentences])
-    monkeypatch.setattr(kformer.inference.translator, "Translator", lambda given: given is trained and translator)
+
+    def translator(given):
+        assert given is trained
+        return SimpleNamespace(translate=lambda sentences: [f"<{sentence}>" for sentence in sentences])
+
+    monkeypatch.setattr(kformer.inference.translator, "Translator", translator)
     assert main(["--quiet", "demo", "--out", str(tmp_path / "d"), "--minutes", "0.5"]) == 0
     splits = builtin_splits()
     [((given_splits, out, config, verbose), settings)] = trainings
@@ -393,6 +390,7 @@ def test_kformer_demo_trains_the_demo_recipe_over_its_last_run_and_shows_the_see
             "",
         ]
     )
+    assert SEED_SENTENCES[0] == "the black cat sleeps"  # seed 003's, as the README says
     assert main(["--quiet", "demo"]) == 0
     assert trainings[1][0][1] == "kformer-demo" and trainings[1][0][2].minutes == 2.6
 
@@ -405,10 +403,8 @@ def test_kformer_train_task_lm_hands_its_text_and_held_out_lines_on_and_reports_
     from kformer.data.corpus import builtin_splits
     from kformer.data.pairs import split_of
 
-    result = {"val_perplexity": 12.345, "loss": 2.5}
-    calls = recorder(
-        monkeypatch, kformer.training.jobs, "train_language_model", SimpleNamespace(config={"result": result})
-    )
+    scored = SimpleNamespace(config={"result": {"val_perplexity": 12.345, "loss": 2.5}})
+    calls = recorder(monkeypatch, kformer.training.jobs, "train_language_model", scored)
     text, out = tmp_path / "text.txt", tmp_path / "lm"
     lines = [f"line {i}" for i in range(300)]
     text.write_text("\n".join(lines) + "\n")
@@ -421,9 +417,10 @@ def test_kformer_train_task_lm_hands_its_text_and_held_out_lines_on_and_reports_
         f"Perplexity on {len(held)} held-out lines: 12.3.\n"
         f'Saved the language model to {out}/ (try: kformer generate --model {out} "el gato").\n'
     )
-    del result["val_perplexity"]  # no line hashed out: the training loss instead
+    unscored = SimpleNamespace(config={"result": {"loss": 2.5}})  # no line hashed out: the training loss instead
+    calls = recorder(monkeypatch, kformer.training.jobs, "train_language_model", unscored)
     assert main(["--quiet", "train", "--task", "lm", "--data", "builtin", "--out", str(out), "--overwrite"]) == 0
-    (given, _, _, _, overwrite, valid), _ = calls[1]
+    [((given, _, _, _, overwrite, valid), _)] = calls
     splits = builtin_splits()
     assert (given, valid, overwrite) == ([t for _, t in splits["train"]], [t for _, t in splits["valid"]], True)
     assert (
@@ -465,19 +462,20 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
 
 class RecordedTranslator:
     """`Translator` as `kformer translate` uses it, recorded: what it was made with and asked, and for each
-    sentence s its hypotheses s0, s1, ... scored -1, -2, ..., aligned "0-0"; `fails` raised instead."""
+    sentence s its hypotheses s0, s1, ... scored -1, -2, ..., aligned "0-0". `fails` and `warns`: {a batch's
+    first sentence: the error it raises, or the warning it gives}."""
 
-    made, asked, fails, warns = [], [], None, None
+    made, asked, fails, warns = [], [], {}, {}
 
     def __init__(self, trained, **settings):
         RecordedTranslator.made.append(settings)
 
     def translate(self, sentences, batch_size, prefix=None, **options):
         RecordedTranslator.asked.append(dict(sentences=sentences, batch_size=batch_size, prefix=prefix, **options))
-        if RecordedTranslator.fails is not None:
-            raise RecordedTranslator.fails
-        if RecordedTranslator.warns is not None:
-            warnings.warn(RecordedTranslator.warns(), stacklevel=2)
+        if sentences[0] in RecordedTranslator.fails:
+            raise RecordedTranslator.fails[sentences[0]]
+        if sentences[0] in RecordedTranslator.warns:
+            warnings.warn(RecordedTranslator.warns[sentences[0]], stacklevel=2)
 
         def hypothesis(sentence, k):
             found = (f"{sentence}{k}", -1.0 - k) if options.get("with_scores") else (f"{sentence}{k}",)
@@ -496,7 +494,7 @@ def recorded_translator(monkeypatch):
     monkeypatch.setattr(kformer.inference.translator, "Translator", RecordedTranslator)
     vocabulary = SimpleNamespace(target_tokenizer=SimpleNamespace(vocab_size=50))
     monkeypatch.setattr(kformer.cli, "_load_translator", lambda path: vocabulary)
-    for name, value in dict(made=[], asked=[], fails=None, warns=None).items():
+    for name, value in dict(made=[], asked=[], fails={}, warns={}).items():
         monkeypatch.setattr(RecordedTranslator, name, value)
     return RecordedTranslator
 
@@ -543,70 +541,68 @@ def test_kformer_translate_names_the_argument_or_stdin_line_of_a_refusal_or_a_cu
 ):
     from kformer.inference.translator import OutputLimitWarning, SentenceTooLong
 
-    recorded_translator.fails = SentenceTooLong(1, 30, 24)
+    recorded_translator.fails = {"a": SentenceTooLong(1, 30, 24)}
     assert main(["translate", "--model", "m", "--n-best", "1", "--scores", "a", "b"]) == 2
     assert capsys.readouterr().err == (
         "kformer translate: error: argument 2 has 30 tokens, more than max_length (24); --n-best, --scores, --json, "
         "--prefix and --alignments read each sentence whole: split it, or translate it without them (then it is read "
         "in pieces).\n"
     )
+    recorded_translator.fails = {"z": SentenceTooLong(0, 30, 24)}  # the second batch's first: counted on
     monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\n"))
     assert main(["translate", "--model", "m", "--scores", "--batch-size", "2"]) == 2
-    assert capsys.readouterr().err.startswith("kformer translate: error: stdin line 2 has 30 tokens, ")
-    recorded_translator.fails = ValueError("prefix 0 ('ñ') has no tokens; give target text, or no prefix.")
+    assert capsys.readouterr().err.startswith("kformer translate: error: stdin line 3 has 30 tokens, ")
+    recorded_translator.fails = {"a": ValueError("prefix 0 ('ñ') has no tokens; give target text, or no prefix.")}
     assert main(["translate", "--model", "m", "--prefix", "ñ", "a"]) == 2
     assert capsys.readouterr().err == (
         "kformer translate: error: --prefix 'ñ': prefix 0 ('ñ') has no tokens; give target text, or no prefix.\n"
     )
-    recorded_translator.fails = None
-    recorded_translator.warns = lambda: OutputLimitWarning([1], SimpleNamespace(max_output_ratio=2.0, max_length=24))
+    recorded_translator.fails = {}
+    settings = SimpleNamespace(max_output_ratio=2.0, max_length=24)
+    recorded_translator.warns = {"x": OutputLimitWarning([1], settings), "z": OutputLimitWarning([0], settings)}
     monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\n"))
     assert main(["translate", "--model", "m", "--batch-size", "2", "--max-output-ratio", "1.5"]) == 0
     out, err = capsys.readouterr()
     assert out == "x0\ny0\nz0\n"
     cut = "its translation stopped at the output limit before its end and may be cut short; raise --max-output-ratio"
     assert (
-        err == f"kformer: warning: stdin line 2: {cut} (now 1.5).\nkformer: warning: stdin line 4: {cut} (now 1.5).\n"
+        err == f"kformer: warning: stdin line 2: {cut} (now 1.5).\nkformer: warning: stdin line 3: {cut} (now 1.5).\n"
     )
-    recorded_translator.warns = lambda: UserWarning("another library's warning")
+    recorded_translator.warns = {"a": UserWarning("another library's warning")}
     with pytest.warns(UserWarning, match="another library's warning"):  # shown as it would have been
         assert main(["translate", "--model", "m", "a"]) == 0
-    recorded_translator.warns = None
+    recorded_translator.warns = {}
+    capsys.readouterr()
     assert main(["translate", "--model", "m", "--beam", "51", "a"]) == 2
     assert "--beam 51 is more than the 50 tokens of m's target vocabulary; give at most 50." in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "raised, code, said",
-    [
-        ("interrupted", 130, "kformer walkthrough: stopped at step 7 and saved; run the same command to resume.\n"),
-        ("ctrl-c", 130, "kformer walkthrough: interrupted.\n"),
-        ("diverged", 1, "kformer walkthrough: error: the loss became NaN at step 3.\n"),
-        ("worker lost", 1, "kformer walkthrough: error: worker 1 stopped answering.\n"),
-        ("disk full", 1, "kformer walkthrough: error: /runs/model.keras: No space left on device.\n"),
-        ("os error", 1, "kformer walkthrough: error: cannot fork.\n"),
-        ("data", 2, "kformer walkthrough: error: pairs.tsv, line 2: no tab.\n"),
-    ],
-)
-def test_each_way_a_command_fails_is_one_line_and_its_exit_code(monkeypatch, capsys, raised, code, said):
+def failures():
     import errno
 
-    import kformer.cli
     from kformer.data.pairs import DataError
     from kformer.training.callbacks import TrainingDiverged, TrainingInterrupted, WorkerLost
 
-    error = {
-        "interrupted": TrainingInterrupted("stopped at step 7 and saved; run the same command to resume."),
-        "ctrl-c": KeyboardInterrupt(),
-        "diverged": TrainingDiverged("the loss became NaN at step 3."),
-        "worker lost": WorkerLost("worker 1 stopped answering."),
-        "disk full": OSError(errno.ENOSPC, "No space left on device", "/runs/model.keras"),
-        "os error": OSError("cannot fork"),
-        "data": DataError("pairs.tsv, line 2: no tab."),
-    }[raised]
+    return [
+        (TrainingInterrupted("stopped at step 7 and saved; run the same command to resume."), 130,
+         "kformer walkthrough: stopped at step 7 and saved; run the same command to resume.\n"),
+        (KeyboardInterrupt(), 130, "kformer walkthrough: interrupted.\n"),
+        (TrainingDiverged("the loss became NaN at step 3."), 1,
+         "kformer walkthrough: error: the loss became NaN at step 3.\n"),
+        (WorkerLost("worker 1 stopped answering."), 1, "kformer walkthrough: error: worker 1 stopped answering.\n"),
+        (OSError(errno.ENOSPC, "No space left on device", "/runs/model.keras"), 1,
+         "kformer walkthrough: error: /runs/model.keras: No space left on device.\n"),
+        (OSError("cannot fork"), 1, "kformer walkthrough: error: cannot fork.\n"),
+        (DataError("pairs.tsv, line 2: no tab."), 2, "kformer walkthrough: error: pairs.tsv, line 2: no tab.\n"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("raised, code, said", failures(), ids=lambda value: type(value).__name__)
+def test_each_way_a_command_fails_is_one_line_and_its_exit_code(monkeypatch, capsys, raised, code, said):
+    import kformer.cli
 
     def fails(args):
-        raise error
+        raise raised
 
     monkeypatch.setattr(kformer.cli, "_walkthrough", fails)
     assert main(["walkthrough"]) == code

@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import VOCAB, copy_task_model
+from conftest import VOCAB, copy_task_model, recorder
 
 from kformer.data.pairs import DataError
 from kformer.data.pipeline import batches_per_epoch
@@ -233,20 +233,21 @@ def summarised(steps, seconds, budget=None, first_step_seconds=None, epochs=None
     return jobs._summary(model, epochs or {}, seconds, "epochs", TrainingConfig(minutes=2), budget, first_step_seconds)
 
 
-def test_the_summary_rounds_times_to_a_tenth_and_warns_below_few_steps_only():
+def test_the_summary_rounds_times_to_a_tenth_and_warns_below_100_steps_only():
+    """docs/large-corpora.md: a budget spent "before 100 steps" is warned of."""
     spent = SimpleNamespace(expired=True)
-    summary = summarised(jobs.FEW_STEPS - 1, 12.345, spent, None, {"loss": [2.0, 0.123456], "val_loss": []})
+    summary = summarised(99, 12.345, spent, None, {"loss": [2.0, 0.123456], "val_loss": []})
     assert summary == {
-        "steps": jobs.FEW_STEPS - 1,
+        "steps": 99,
         "seconds": 12.3,
         "epochs_run": 2,
         "stopped_by": "time budget",
         "first_step_seconds": 0.0,  # the budget stopped the run before a step ended
-        "warning": f"only {jobs.FEW_STEPS - 1} training steps ran in 2 minutes (the first took 0 s): too few to "
-        "learn from; give more --minutes",
+        "warning": "only 99 training steps ran in 2 minutes (the first took 0 s): too few to learn from; give "
+        "more --minutes",
         "loss": 0.1235,
     }
-    assert "warning" not in summarised(jobs.FEW_STEPS, 12.345, spent, 3.0)
+    assert "warning" not in summarised(100, 12.345, spent, 3.0)
     assert summarised(5, 0.06, SimpleNamespace(expired=False), 3.46)["first_step_seconds"] == 3.5
 
 
@@ -255,7 +256,8 @@ def test_the_report_draws_curves_only_where_asked_and_once_an_epoch_ended(tmp_pa
     jobs._report({"warning": "only 3 training steps ran"}, epochs, None, verbose=1)  # a worker: no file, no error
     assert capsys.readouterr().out == "Warning: only 3 training steps ran.\n"
     jobs._report({}, {"loss": []}, tmp_path / "none.png", verbose=1)
-    jobs._report({}, epochs, tmp_path / "curves.png", verbose=0)
+    jobs._report({"warning": "only 3 training steps ran"}, epochs, tmp_path / "curves.png", verbose=0)
+    assert capsys.readouterr().out == ""  # quiet
     assert sorted(path.name for path in tmp_path.iterdir()) == ["curves.png"]
 
 
@@ -328,9 +330,7 @@ PAIRS = [("a b", "c d"), ("b c", "d e"), ("c d", "e f")]
 @pytest.fixture
 def handed(monkeypatch):
     """What the jobs hand to `_train` (stubbed: nothing trains), one (args, kwargs) a call."""
-    calls = []
-    monkeypatch.setattr(jobs, "_train", lambda *args, **kwargs: calls.append((args, kwargs)) or "trained")
-    return calls
+    return recorder(monkeypatch, jobs, "_train", "trained")
 
 
 def test_train_translator_hands_its_pairs_settings_and_callbacks_to_the_run(tmp_path, handed):
@@ -484,7 +484,7 @@ def fit_recorded(monkeypatch, best=0.0, raises=None):
 def test_a_run_hands_fit_its_model_schedule_batches_and_steps_and_keeps_a_best_chrf_of_0(tmp_path, capsys, monkeypatch):
     """The fast half of the run above, with XLA on (compiled, never run): a best chrF of 0 is a score (-1: none)."""
     asked, asked_space = fit_recorded(monkeypatch, best=0.0), []
-    monkeypatch.setattr(jobs, "require_space", lambda *asked: asked_space.append(asked))
+    monkeypatch.setattr(jobs, "require_space", lambda *space: asked_space.append(space))
     config, own, out = TrainingConfig(**TINY, epochs=1, batch_size=16, max_length=12), Steps(), tmp_path / "out"
     long = ("one two three four five six seven eight nine ten eleven twelve thirteen", "corto")
     trained = jobs.train_translator({"train": WORDS * 10 + [long], "valid": WORDS[:2]}, out, config, callbacks=[own])

@@ -3,8 +3,8 @@ the plain-Python clients, and a translator that translates each sentence of a li
 
 import re
 import sys
-import types
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -134,7 +134,7 @@ def test_outputs_are_limited_by_their_sources_length_and_a_stop_there_is_reporte
 
 
 def test_the_output_limit_warning_names_the_first_ten_lines_and_the_settings_to_raise():
-    translator = types.SimpleNamespace(max_output_ratio=1.5, max_length=12)
+    translator = SimpleNamespace(max_output_ratio=1.5, max_length=12)
     said = str(OutputLimitWarning(list(range(3, 14)), translator))
     assert said == (
         "11 translation(s) stopped at the output limit before their end and may be cut short (input 3, 4, 5, 6, 7, "

@@ -148,7 +148,6 @@ def test_score_needs_a_target_for_each_source_and_a_count_for_a_batch_size(copie
         translator.score(["a", "b"], ["a"])
     with pytest.raises(ValueError, match=r"^batch_size must be a positive integer, got batch_size=0\.$"):
         translator.score(["a"], ["a"], batch_size=0)
-    assert translator.translate([], prefix=[]) == []  # no sentence, no prefix: nothing to read
 
 
 @pytest.fixture(scope="module")
@@ -272,6 +271,10 @@ def test_every_beam_keeps_the_prefix_and_the_best_is_the_searchs_own(hesitant):
 def test_a_prefix_that_cannot_start_a_translation_is_refused_in_one_sentence(copier, prefix, message):
     with pytest.raises(ValueError, match=message):
         Translator(copier).translate(["a b", "c"], prefix=prefix)
+
+
+def test_no_sentences_with_no_prefixes_translate_to_nothing(copier):
+    assert Translator(copier, xla=False).translate([], prefix=[]) == []
 
 
 @pytest.mark.slow  # 55 s: a dozen translators, each compiled
