@@ -112,9 +112,10 @@ def test_the_chiefs_callbacks_in_their_order_with_the_runs_settings(tmp_path):
     assert (board.log_dir, board.update_freq) == (str(run.logs), 100)
     assert run.training.is_dir()
     # Resumed, the best chrF before the restart is the bar to beat; no budget, no average: neither is there.
-    chain = jobs._callbacks(run, config, Keeper(best=41.5), None, backup, None, True, [])
-    assert [type(callback) for callback in chain] == [*kinds[1:], Backup]
-    assert chain[1].baseline == 41.5
+    for best in (41.5, 0.5, 0.0):  # chrF 0 is a score too: -1 is none
+        chain = jobs._callbacks(run, config, Keeper(best=best), None, backup, None, True, [])
+        assert [type(callback) for callback in chain] == [*kinds[1:], Backup]
+        assert chain[1].baseline == best
     chain = jobs._callbacks(run, config, None, None, backup, None, True, [])
     assert [type(callback) for callback in chain] == [keras.callbacks.CSVLogger, TensorBoard, Backup]
 
@@ -176,8 +177,10 @@ def test_fit_is_asked_for_the_runs_epochs_and_steps_and_its_result_summarised(tm
         shuffle=False,
         verbose=0,
     )
-    assert [type(callback) for callback in spy.asked["callbacks"]][-1] is Backup
+    backup = spy.asked["callbacks"][-1]
+    assert type(backup) is Backup and (backup.every_steps, backup.write) == (3, True)
     losses = history.history["loss"]
+    assert 0.0 <= summary["seconds"] < 60.0  # the time fit took
     assert summary == {
         "steps": 8,
         "seconds": summary["seconds"],
@@ -640,7 +643,7 @@ def test_the_averages_score_is_in_the_summary(tmp_path):
     assert summary["val_chrf_average"] == 55.0
 
 
-def test_under_multiworker_fit_is_the_workers_loop_with_the_same_callbacks_and_resume(tmp_path):
+def test_under_multiworker_fit_is_the_workers_loop_with_the_same_callbacks_and_resume(tmp_path, capsys):
     """The loop `fit_across_workers` runs under the default strategy too: the job hands it what it hands fit."""
     run = RunDirectory(tmp_path)
     config = TrainingConfig(strategy="multiworker", epochs=2, backup_steps=1000, d_model=32, num_heads=2)
@@ -648,13 +651,84 @@ def test_under_multiworker_fit_is_the_workers_loop_with_the_same_callbacks_and_r
     own = Steps()
     shares = lambda context: counting_data()  # noqa: E731
     history, summary = jobs._fit(model, None, shares, counting_data().take(2), 4, run, config, 0, own=[own])
+    assert capsys.readouterr().out == ""  # verbose 0: no progress bar
     assert spy.asked == {} and own.steps == 8  # not model.fit: the loop, with the caller's callback
     assert (summary["steps"], summary["epochs_run"]) == (8, 2) and len(history.history["val_loss"]) == 2
     assert run.learning_curves.is_file() and run.backup.is_dir()
     # Resumed at step 6 (epoch 1's third batch): 2 more steps; the record read back holds both epochs.
     backed_up_at(run, step=6, epoch=1)
     resumed, _ = spied_model()
-    own = Steps()
-    _, summary = jobs._fit(resumed, None, shares, None, 4, run, config, 0, own=[own])
+    own, schedule = Steps(), BudgetSchedule(32, 8, 4)
+    _, summary = jobs._fit(resumed, schedule, shares, None, 4, run, config, 0, own=[own])
     assert own.steps == 2 and (summary["steps"], summary["resumed_from"]) == (8, 6)
+    assert float(schedule.total_steps.numpy()) == 8.0  # the loop goes on mid-epoch: nothing rerun, no end to move
     assert summary["epochs_run"] == 2  # epoch 0 from before the restart, epoch 1 from after
+
+
+def test_under_multiworker_a_worker_validates_draws_and_writes_nothing_and_the_budget_stops_every_worker(
+    tmp_path, monkeypatch
+):
+    cluster = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
+    config = TrainingConfig(strategy="multiworker", epochs=2, backup_steps=2, d_model=32, num_heads=2)
+    model, _ = spied_model()
+    shares = lambda context: counting_data()  # noqa: E731
+    history, summary = jobs._fit(model, None, shares, counting_data().take(2), 4, RunDirectory(tmp_path), config, 0)
+    assert "val_loss" not in history.history and summary["epochs_run"] == 2  # the chief validates
+    assert list(tmp_path.iterdir()) == []  # no backup, history or curves: the chief writes them
+    config = TrainingConfig(strategy="multiworker", minutes=1e-4, d_model=32, num_heads=2)
+    _, summary = jobs._fit(model, None, shares, None, 1000, RunDirectory(tmp_path), config, 0)
+    assert summary["stopped_by"] == "time budget" and summary["steps"] < 1000
+
+
+def test_a_resumed_run_on_the_papers_schedule_has_no_end_to_move(tmp_path):
+    run = RunDirectory(tmp_path)
+    backed_up_at(run, step=6, epoch=1)
+    resumed, spy = spied_model()
+    _, summary = jobs._fit(
+        resumed, TransformerSchedule(32, 10), counting_data(), None, 4, run, TrainingConfig(epochs=3), 0
+    )
+    assert summary["resumed_from"] == 6 and spy.asked["initial_epoch"] == 1
+
+
+def test_a_worker_is_told_apart_by_its_task_type_and_index():
+    def chief(task, cluster=None):
+        cluster = cluster or {"worker": ["a:1", "b:1"]}
+        config = TrainingConfig(strategy="multiworker")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": task}))
+            return jobs.is_chief(config)
+
+    assert chief({"type": "worker", "index": 0}) and not chief({"type": "worker", "index": 1})
+    assert not chief({"type": "evaluator", "index": 0}) and not chief({"type": "ps", "index": 0})
+    assert chief({"type": "chief", "index": 0}, {"chief": ["c:1"], "worker": ["a:1"]})
+    assert not chief({"type": "worker", "index": 0}, {"chief": ["c:1"], "worker": ["a:1"]})
+    assert jobs.is_chief(TrainingConfig())  # one process: its own chief
+
+
+def test_each_workers_share_repeats_and_is_shuffled_by_the_runs_seed():
+    pairs = InMemoryPairs(letter_pairs(range(2, 10)) * 4)  # 32 pairs: 4 batches of 8 an epoch
+
+    def first_rows(seed, batches=12):
+        config = TrainingConfig(batch_size=8, max_length=12, seed=seed, shuffle_buffer=64)
+        share = jobs._training_data(pairs, LETTERS, LETTERS, config)(tf.distribute.InputContext())
+        return [tuple(source.numpy()[0]) for (source, _), _ in share.take(batches)]
+
+    rows = first_rows(seed=1)
+    assert len(rows) == 12  # three epochs' worth: the data repeats
+    assert rows == first_rows(seed=1) and rows != first_rows(seed=2)
+
+
+def test_init_from_needs_a_translator_whose_settings_are_recorded(tmp_path):
+    copy = saved_base(tmp_path / "base")
+    config = TrainingConfig(init_from=str(tmp_path / "base"))
+    base, given = jobs._starting_point(config, tmp_path / "out")
+    assert (given.source_vocab_size, given.target_vocab_size) == (len(VOCAB), len(VOCAB)) != (8000, 8000)
+    recorded = {"kind": "translator", "max_length": 12}  # no "training" entry: written by hand, say
+    TrainedModel(copy.model, copy.source_tokenizer, copy.target_tokenizer, recorded).save(tmp_path / "bare")
+    with pytest.raises(jobs.ModelDirectoryError) as raised:
+        jobs._starting_point(TrainingConfig(init_from=str(tmp_path / "bare")), tmp_path / "out")
+    assert str(raised.value) == (
+        f"{tmp_path / 'bare'}/config.json: does not record the model's settings (its 'training' entry), so it "
+        "cannot be trained further; start from a directory written by `kformer train`."
+    )
