@@ -732,3 +732,26 @@ def test_init_from_needs_a_translator_whose_settings_are_recorded(tmp_path):
         f"{tmp_path / 'bare'}/config.json: does not record the model's settings (its 'training' entry), so it "
         "cannot be trained further; start from a directory written by `kformer train`."
     )
+
+
+def test_a_backup_that_cannot_be_resumed_is_one_sentence_saying_what_to_do(tmp_path):
+    config = TrainingConfig(epochs=2)
+    damaged = RunDirectory(tmp_path / "damaged")
+    backed_up_at(damaged, step=6, epoch=1)
+    (damaged.backup / "state.json").write_text("{not json")
+    with pytest.raises(jobs.ModelDirectoryError) as raised:
+        jobs._fit(spied_model()[0], None, counting_data(), None, 4, damaged, config, 0)
+    assert str(raised.value).endswith(
+        f"; the interrupted run in {damaged.root} cannot be resumed: delete {damaged.backup} to start it over, or "
+        "choose another --out."
+    )
+    other = RunDirectory(tmp_path / "other")
+    backed_up_at(other, step=6, epoch=1)
+    wider = keras.Sequential([keras.Input((3,)), keras.layers.Dense(5)])
+    wider.compile(keras.optimizers.SGD(1e-4), keras.losses.MeanSquaredError())
+    with pytest.raises(jobs.ModelDirectoryError) as raised:
+        jobs._fit(wider, None, counting_data(), None, 4, other, config, 0)
+    assert str(raised.value) == (
+        f"{other.root}: holds an interrupted run of a model of another shape; resume it with the settings it was "
+        "started with, or choose another --out."
+    )
