@@ -616,6 +616,7 @@ def test_the_model_is_compiled_with_the_runs_loss_optimizer_and_schedule():
     plain = jobs._build(tf.distribute.get_strategy(), TrainingConfig(d_model=16, num_heads=2), build_transformer,
                         (20, 30), 50)[0]  # fmt: skip
     assert (plain.optimizer.clipnorm, plain.optimizer.use_ema, plain.loss.label_smoothing) == (None, False, 0.1)
+    assert plain.jit_compile is True  # XLA by default
     weights = [np.full_like(w, 0.5) for w in model.get_weights()]
     again, _ = jobs._build(tf.distribute.get_strategy(), config, build_transformer, (20, 30), 50, weights)
     for got in again.get_weights():
