@@ -342,12 +342,14 @@ def test_kformer_export_hands_every_flag_to_export(monkeypatch):
     import kformer.deploy.export
 
     calls = recorder(monkeypatch, kformer.deploy.export, "export")
-    argv = "export --model m --out o --formats saved_model,,onnx --quantize int8 --name ende --version 3 --beam 4"
+    argv = (
+        "export --model m --out o --formats saved_model,,onnx --quantize int8,float16 --name ende --version 3 --beam 4"
+    )
     assert main([*argv.split(), "--length-penalty", "0.2", "--max-tokens", "9", "--xla"]) == 0
     assert main("export --model m --out o".split()) == 0
     assert calls == [
-        (("m", "o"), dict(formats=["saved_model", "onnx"], quantize=["int8"], name="ende", version=3, beam_size=4,
-                          length_penalty=0.2, max_new_tokens=9, xla=True)),
+        (("m", "o"), dict(formats=["saved_model", "onnx"], quantize=["int8", "float16"], name="ende", version=3,
+                          beam_size=4, length_penalty=0.2, max_new_tokens=9, xla=True)),
         (("m", "o"), dict(formats=["saved_model", "tflite", "onnx", "ctranslate2"], quantize=[], name="kformer",
                           version=1, beam_size=1, length_penalty=None, max_new_tokens=50, xla=False)),
     ]  # fmt: skip
@@ -438,7 +440,9 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
     trained = SimpleNamespace(config={"result": {}})
     trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", trained)
     recorder(monkeypatch, kformer.training.jobs, "train_language_model", trained)
-    scores = dict(bleu=30.0, chrf=50.0, exact_match=1.0, n=1000, seconds=2.0)
+    by_length = [dict(words="1-10", n=600, bleu=35.04, chrf=55.0, length=0.98), dict(words="11-", n=1400, bleu=28.0,
+                 chrf=48.25, length=1.021)]  # fmt: skip
+    scores = dict(bleu=30.0, chrf=50.0, exact_match=1.0, n=2000, seconds=2.0, by_length=by_length)
     evaluations = recorder(monkeypatch, kformer.training.evaluation, "evaluate", scores)
     out = tmp_path / "m"
     assert main(["--quiet", "train", "--data", "builtin", "--out", str(out), "--batch-size", "8"]) == 0
@@ -447,9 +451,15 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
     assert (given, given_out, config.batch_size, verbose, overwrite) == (splits, str(out), 8, 0, False)
     assert evaluations == [((trained, splits["test"]), {})]
     assert capsys.readouterr().out == (
-        "test split: BLEU 30.0  chrF 50.0  exact match 1.0%  (1,000 sentences, 2 s)\n"
+        "test split: BLEU 30.0  chrF 50.0  exact match 1.0%  (2,000 sentences, 2 s)\n"
+        "  source words  sentences   BLEU   chrF  length (words, output over reference)\n"
+        "          1-10        600   35.0   55.0    0.98\n"
+        "           11-      1,400   28.0   48.2    1.02\n"
         f"Saved the model directory to {out}/.\n"
     )
+    del by_length[1:]  # one length bucket: no table
+    assert main(["--quiet", "train", "--data", "builtin", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"Saved the model directory to {out}/."
     cluster = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}
     monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
     for task, saved in (("translate", "model directory"), ("lm", "language model")):
@@ -457,7 +467,7 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
         assert main(argv) == 0
         said = f"Done: this worker's part of the training; the chief saves the {saved} to {out}/.\n"
         assert capsys.readouterr().out == said
-    assert len(evaluations) == 1  # the chief scores
+    assert len(evaluations) == 2  # the chief scores
 
 
 class RecordedTranslator:
