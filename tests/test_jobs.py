@@ -682,6 +682,17 @@ def test_under_multiworker_a_worker_validates_draws_and_writes_nothing_and_the_b
     assert summary["stopped_by"] == "time budget" and summary["steps"] < 1000
 
 
+def test_under_multiworker_a_resumed_budget_counts_the_time_spent_before_the_restart(tmp_path):
+    run = RunDirectory(tmp_path)
+    backed_up_at(run, step=6, epoch=1)
+    state = json.loads((run.backup / "state.json").read_text())
+    (run.backup / "state.json").write_text(json.dumps({**state, "seconds": 120.0}))  # two minutes spent already
+    config = TrainingConfig(strategy="multiworker", minutes=1.0, backup_steps=1000, d_model=32, num_heads=2)
+    model, _ = spied_model()
+    _, summary = jobs._fit(model, None, lambda context: counting_data(), None, 1000, run, config, 0)
+    assert summary["stopped_by"] == "time budget" and summary["steps"] == 7  # one step, then the budget's check
+
+
 def test_a_resumed_run_on_the_papers_schedule_has_no_end_to_move(tmp_path):
     run = RunDirectory(tmp_path)
     backed_up_at(run, step=6, epoch=1)
