@@ -184,9 +184,14 @@ def test_kformer_score_prints_each_pairs_log_probability(hesitant, hesitant_dir,
     assert main(["score", "--model", str(hesitant_dir), "--data", str(data)]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert lines == [[f"{e.log_prob:.4f}", str(e.tokens), s, t] for e, (s, t) in zip(expected, pairs, strict=True)]
-    assert main(["score", "--model", str(hesitant_dir), "--data", str(data), "--json"]) == 0
-    first = json.loads(capsys.readouterr().out.splitlines()[0])
-    assert first["tokens"] == 4 and first["token_log_probs"] == pytest.approx(expected[0].token_log_probs, abs=1e-4)
+    assert main(["score", "--model", str(hesitant_dir), "--data", str(data), "--json", "--batch-size", "2"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines == [
+        dict(source=s, target=t, log_prob=pytest.approx(e.log_prob, abs=1e-4), tokens=e.tokens,
+             token_log_probs=pytest.approx(e.token_log_probs, abs=1e-4))
+        for e, (s, t) in zip(expected, pairs, strict=True)
+    ]  # fmt: skip
+    assert lines[0]["tokens"] == 4  # "c", "b", "a" and [END]
 
 
 @pytest.mark.parametrize(
