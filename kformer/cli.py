@@ -127,7 +127,7 @@ def _demo(args):
         f"Built-in English->Spanish corpus: {len(splits['train']):,} training pairs, "
         f"{len(splits['test']):,} compositional test pairs (adjective-noun pairs never seen in training)."
     )
-    config = _config(args, minutes=args.minutes, **DEMO_CONFIG)
+    config = _config(args, **DEMO_CONFIG)  # and --minutes, a TrainingConfig setting
     trained = train_translator(splits, args.out, config, args.verbose, overwrite=True)  # a demo reruns from scratch
     result = trained.config["result"]
     print(f"Trained {result['steps']:,} steps in {result['seconds']:.0f} s.")

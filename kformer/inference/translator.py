@@ -543,7 +543,7 @@ def _word_matrix(tokens_per_word):
 def _word_tokens(tokenizer, texts):
     """Ragged int32 `(B, words, tokens)`: each text's words (split at spaces), each word's tokens."""
     words = [text.split() for text in texts]
-    flat = tokenizer.tokenize(tf.constant([w for each in words for w in each], tf.string, [sum(map(len, words))]))
+    flat = tokenizer.tokenize(tf.constant([w for each in words for w in each], tf.string))  # (0,) when none
     return tf.RaggedTensor.from_row_lengths(flat, [len(each) for each in words])
 
 
