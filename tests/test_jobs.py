@@ -736,6 +736,15 @@ def test_init_from_needs_a_translator_whose_settings_are_recorded(tmp_path):
     config = TrainingConfig(init_from=str(tmp_path / "base"))
     base, given = jobs._starting_point(config, tmp_path / "out")
     assert (given.source_vocab_size, given.target_vocab_size) == (len(VOCAB), len(VOCAB)) != (8000, 8000)
+    import kformer
+
+    lm = kformer.build_decoder_only(len(VOCAB), d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    TrainedModel(lm, None, LETTERS, {"kind": "language_model", "max_length": 12}).save(tmp_path / "lm")
+    with pytest.raises(jobs.ModelDirectoryError) as raised:
+        jobs._starting_point(TrainingConfig(init_from=str(tmp_path / "lm")), tmp_path / "out")
+    assert str(raised.value) == (
+        f"{tmp_path / 'lm'}: holds a language model, not a translator; --init-from fine-tunes a translator."
+    )
     recorded = {"kind": "translator", "max_length": 12}  # no "training" entry: written by hand, say
     TrainedModel(copy.model, copy.source_tokenizer, copy.target_tokenizer, recorded).save(tmp_path / "bare")
     with pytest.raises(jobs.ModelDirectoryError) as raised:
