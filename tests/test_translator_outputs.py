@@ -177,7 +177,7 @@ def test_kformer_translate_prints_n_best_lists_with_scores_and_as_json(hesitant,
 
 
 def test_kformer_score_prints_each_pairs_log_probability(hesitant, hesitant_dir, tmp_path, capsys):
-    pairs = [("a b c", "c b a"), ("d", "x y"), ("e f", "e")]
+    pairs = [("a b c", "c b a"), ("d", "x y"), ("e f", "e ñ")]
     data = tmp_path / "pairs.tsv"
     data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     expected = Translator(hesitant).score([s for s, _ in pairs], [t for _, t in pairs])
@@ -185,7 +185,10 @@ def test_kformer_score_prints_each_pairs_log_probability(hesitant, hesitant_dir,
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert lines == [[f"{e.log_prob:.4f}", str(e.tokens), s, t] for e, (s, t) in zip(expected, pairs, strict=True)]
     assert main(["score", "--model", str(hesitant_dir), "--data", str(data), "--json", "--batch-size", "2"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    out = capsys.readouterr().out
+    assert '"e ñ"' in out  # UTF-8, not escaped
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert all(round(value, 4) == value for line in lines for value in [line["log_prob"], *line["token_log_probs"]])
     assert lines == [
         dict(source=s, target=t, log_prob=pytest.approx(e.log_prob, abs=1e-4), tokens=e.tokens,
              token_log_probs=pytest.approx(e.token_log_probs, abs=1e-4))
