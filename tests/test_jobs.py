@@ -416,6 +416,7 @@ def test_a_model_from_before_the_shared_vocabulary_was_recorded_had_separate_one
 
 
 WORDS = [("the cat sleeps", "el gato duerme"), ("a dog runs", "un perro corre"), ("the bird sings", "el pájaro canta")]
+TOO_LONG = ("one two three four five six seven eight nine ten eleven twelve thirteen", "corto")  # > 12 tokens
 TINY = dict(d_model=16, num_heads=2, num_layers=1, d_ff=32, source_vocab_size=40, target_vocab_size=40)
 
 
@@ -436,8 +437,7 @@ def test_a_translators_run_from_its_vocabularies_to_its_model_directory(tmp_path
     asked_space = []
     monkeypatch.setattr(jobs, "require_space", lambda *asked: asked_space.append(asked))
     own, out = Steps(), tmp_path / "out"
-    long = ("one two three four five six seven eight nine ten eleven twelve thirteen", "corto")
-    splits = {"train": WORDS * 10 + [long], "valid": WORDS[:2]}
+    splits = {"train": WORDS * 10 + [TOO_LONG], "valid": WORDS[:2]}
     trained = jobs.train_translator(splits, out, config, callbacks=[own])
     printed = capsys.readouterr().out
     assert own.steps == 2
@@ -489,8 +489,9 @@ def test_a_run_hands_fit_its_model_schedule_batches_and_steps_and_keeps_a_best_c
     asked, asked_space = fit_recorded(monkeypatch, best=0.0), []
     monkeypatch.setattr(jobs, "require_space", lambda *space: asked_space.append(space))
     config, own, out = TrainingConfig(**TINY, epochs=1, batch_size=16, max_length=12), Steps(), tmp_path / "out"
-    long = ("one two three four five six seven eight nine ten eleven twelve thirteen", "corto")
-    trained = jobs.train_translator({"train": WORDS * 10 + [long], "valid": WORDS[:2]}, out, config, callbacks=[own])
+    trained = jobs.train_translator(
+        {"train": WORDS * 10 + [TOO_LONG], "valid": WORDS[:2]}, out, config, callbacks=[own]
+    )
     printed = capsys.readouterr().out
     parameters = trained.model.count_params()
     assert "-parameter translator on 31 pairs (2 steps an epoch, float32, strategy default) ...\n" in printed
@@ -666,7 +667,7 @@ def test_under_multiworker_fit_is_the_workers_loop_with_the_same_callbacks_and_r
     assert summary["epochs_run"] == 2  # epoch 0 from before the restart, epoch 1 from after
 
 
-def test_under_multiworker_a_worker_validates_draws_and_writes_nothing_and_the_budget_stops_every_worker(
+def test_under_multiworker_a_worker_neither_validates_nor_draws_nor_writes_and_the_budget_stops_it(
     tmp_path, monkeypatch
 ):
     cluster = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}
