@@ -429,9 +429,13 @@ def _add_training_flags(parser):
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="kformer", description="A Transformer built from scratch as Keras 3 layers.")
-    # A live progress bar on a terminal, one line an epoch in logs.
     parser.add_argument(
-        "--quiet", dest="verbose", action="store_const", const=0, default=1 if sys.stdout.isatty() else 2
+        "--quiet",
+        dest="verbose",
+        action="store_const",
+        const=0,
+        default=1 if sys.stdout.isatty() else 2,
+        help="no progress bars or epoch lines (default: a live bar on a terminal, one line an epoch in logs)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in (
@@ -515,12 +519,11 @@ def _translate_parser(commands):
     translate.add_argument("sentences", nargs="*", help="sentences (default: one per line on stdin)")
     translate.add_argument("--beam", type=_positive_int, default=1, help="beam size (default: 1, greedy)")
     translate.add_argument(
-        "--n-best", dest="n_best", type=_positive_int, default=1, help="hypotheses a sentence, best first (<= --beam)"
+        "--n-best", type=_positive_int, default=1, help="hypotheses a sentence, best first (default: 1; at most --beam)"
     )
     translate.add_argument("--scores", action="store_true", help="print each hypothesis's score")
     translate.add_argument(
         "--length-penalty",
-        dest="length_penalty",
         type=_non_negative_float,
         default=0.6,
         help="GNMT's alpha: beam search ranks by log p / ((5 + length) / 6)^alpha (default: %(default)s; 0: none)",
@@ -538,7 +541,6 @@ def _translate_parser(commands):
     )
     translate.add_argument(
         "--max-output-ratio",
-        dest="max_output_ratio",
         type=_positive_float,
         default=2.0,
         help="a translation has at most this many tokens a source token, + 10, and at least the model's max_length "
@@ -546,14 +548,15 @@ def _translate_parser(commands):
     )
     translate.add_argument(
         "--no-repeat-ngram",
-        dest="no_repeat_ngram",
         type=_non_negative_int,
         default=0,
         metavar="N",
         help="no n-gram of N tokens twice in a translation (default: 0, no such rule)",
     )
     _add_sampling_flags(translate, "with --beam 1, for back-translation")
-    translate.add_argument("--batch-size", type=_positive_int, default=64, help="sentences decoded together")
+    translate.add_argument(
+        "--batch-size", type=_positive_int, default=64, help="sentences decoded at once (default: %(default)s)"
+    )
     translate.set_defaults(run=_translate)
 
 
@@ -561,8 +564,8 @@ def _add_sampling_flags(parser, where=""):
     """--temperature, --top-k, --top-p and --seed, as `decoding.sampler` takes them."""
     where = f" ({where})" if where else ""
     parser.add_argument("--temperature", type=float, default=0.0, help=f"0: greedy (default); above 0: sample{where}")
-    parser.add_argument("--top-k", dest="top_k", type=int, default=0, help="sample among the k most likely (0: all)")
-    parser.add_argument("--top-p", dest="top_p", type=float, default=1.0, help="sample from this probability mass")
+    parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely (0: all)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="sample from this probability mass")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
 
 
@@ -577,7 +580,9 @@ def _score_parser(commands):
     score.add_argument("--model", required=True, help="model directory")
     score.add_argument("--data", required=True, help="a pair file or 'test.en,test.es', as for evaluate")
     score.add_argument("--json", action="store_true", help="one JSON object a pair, with each token's log-probability")
-    score.add_argument("--batch-size", type=_positive_int, default=64, help="pairs scored together")
+    score.add_argument(
+        "--batch-size", type=_positive_int, default=64, help="pairs scored together (default: %(default)s)"
+    )
     score.set_defaults(run=_score)
 
 
@@ -585,11 +590,11 @@ def _generate_parser(commands):
     generate = commands.add_parser("generate", help="continue prompts with a language model (train --task lm)")
     generate.add_argument("--model", required=True, help="language-model directory")
     generate.add_argument("prompts", nargs="*", help="prompts (default: one per line on stdin)")
-    generate.add_argument(
-        "--max-tokens", dest="max_tokens", type=_positive_int, default=50, help="most tokens to write"
-    )
+    generate.add_argument("--max-tokens", type=_positive_int, default=50, help="most tokens to write (default: 50)")
     _add_sampling_flags(generate)
-    generate.add_argument("--batch-size", type=_positive_int, default=64, help="prompts generated together")
+    generate.add_argument(
+        "--batch-size", type=_positive_int, default=64, help="prompts generated together (default: %(default)s)"
+    )
     generate.set_defaults(run=_generate)
 
 
@@ -602,7 +607,7 @@ def _attention_parser(commands):
 
 
 def _export_parser(commands):
-    export = commands.add_parser("export", help="write SavedModel (TF Serving), TFLite and ONNX artifacts")
+    export = commands.add_parser("export", help="write SavedModel (TF Serving), TFLite, ONNX and CTranslate2 artifacts")
     export.add_argument("--model", required=True, help="model directory")
     export.add_argument("--out", required=True, help="export directory to create")
     export.add_argument("--formats", default=",".join(FORMATS), help="comma-separated (default: %(default)s)")
@@ -619,14 +624,11 @@ def _export_parser(commands):
     )
     export.add_argument(
         "--length-penalty",
-        dest="length_penalty",
         type=_non_negative_float,
         help="GNMT's alpha the artifacts' beam search ranks by (default: kformer translate's, 0.6); "
         "the CTranslate2 client's default",
     )
-    export.add_argument(
-        "--max-tokens", dest="max_tokens", type=_positive_int, default=50, help="language models: tokens written"
-    )
+    export.add_argument("--max-tokens", type=_positive_int, default=50, help="language models: tokens (default: 50)")
     export.set_defaults(run=_export)
 
 

@@ -78,6 +78,21 @@ def test_unknown_command_is_one_clear_error(capsys):
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
 
 
+def test_docs_cli_md_is_each_commands_help(capsys, monkeypatch):
+    """docs/cli.md, the command reference, is what `kformer CMD --help` prints (wrapping aside): every flag,
+    default and help text, so none changes without the page (and a broken help text fails here)."""
+    monkeypatch.setenv("COLUMNS", "100")
+    page = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^## `kformer( \w+)?`\n\n```text\n(.*?)```", page, re.MULTILINE | re.DOTALL)
+    assert len(blocks) == 10  # kformer itself and its nine commands, which its own block lists
+    for command, documented in blocks:
+        with pytest.raises(SystemExit) as exit:
+            main([*command.split(), "--help"])
+        printed = capsys.readouterr().out
+        assert exit.value.code == 0
+        assert " ".join(documented.split()) == " ".join(printed.split()), f"docs/cli.md: `kformer{command}`:\n{printed}"
+
+
 TINY = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --max-length 8"  # trains in seconds
 
 
