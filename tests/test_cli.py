@@ -1,5 +1,6 @@
 """The `kformer` command line."""
 
+import argparse
 import csv
 import dataclasses
 import io
@@ -17,7 +18,16 @@ import numpy as np
 import pytest
 from conftest import REPO, recorder, tensorboard_epoch_scalars
 
-from kformer.cli import _config, build_parser, main
+from kformer.cli import (
+    _config,
+    _leaks,
+    _load_pairs,
+    _non_negative_float,
+    _non_negative_int,
+    _stdin_batches,
+    build_parser,
+    main,
+)
 from kformer.training.config import ARCHITECTURE, TrainingConfig
 
 
@@ -632,3 +642,65 @@ def test_each_way_a_command_fails_is_one_line_and_its_exit_code(monkeypatch, cap
     monkeypatch.setattr(kformer.cli, "_walkthrough", fails)
     assert main(["walkthrough"]) == code
     assert capsys.readouterr().err == said
+
+
+def test_stdin_lines_come_as_given_each_bad_byte_named_and_only_the_first_lines_bom_dropped(monkeypatch, capsys):
+    raw = b"\xef\xbb\xbfone \t\r\n\xef\xbb\xbftwo\nthr\xffee\nTAX\n"  # a BOM starts a file, not a later line
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
+    assert list(_stdin_batches(2)) == [["one \t", "\ufefftwo"], ["thr\ufffdee", "TAX"]]
+    assert capsys.readouterr().err == "kformer: stdin line 3 is not UTF-8; its bad bytes were read as U+FFFD.\n"
+    # stdin replaced by a text stream (no .buffer): a byte Python's reader could not decode comes as a surrogate.
+    monkeypatch.setattr(sys, "stdin", io.StringIO("caf\udce9\nok\n"))
+    assert list(_stdin_batches(64)) == [["caf\ufffd", "ok"]]
+    assert capsys.readouterr().err == "kformer: stdin line 1 is not UTF-8; its bad bytes were read as U+FFFD.\n"
+
+
+def test_the_zero_or_more_flags_take_zero_and_refuse_words_negatives_and_infinity():
+    assert (_non_negative_int("0"), _non_negative_float("0")) == (0, 0.0)
+    for text in ("x", "-1", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"^expected a whole number of 0 or more, got '{text}'$"):
+            _non_negative_int(text)
+    for text in ("x", "-0.5", "inf", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"^expected a number of 0 or more, got '{text}'$"):
+            _non_negative_float(text)
+
+
+def test_leaks_count_the_held_out_sources_that_training_has_too_in_a_streams_sample():
+    pairs = {"valid": [("a", "1"), ("c", "2"), ("a", "3")], "test": [("b", "4")]}
+    assert _leaks({"train": [("a", "x"), ("b", "y")], **pairs}) == {"valid": 2, "test": 1}
+    stream = SimpleNamespace(sample=[("c", "z")])  # a stream is not read through: its sample stands for it
+    assert _leaks({"train": stream, **pairs, "test": []}) == {"valid": 1}
+
+
+def test_load_pairs_mixes_corpora_by_weight_keeps_held_out_and_takes_the_users_own_splits(tmp_path, monkeypatch):
+    from kformer.data import stream
+    from kformer.data.pairs import read_pairs, split_pairs
+    from kformer.data.stream import Mixture
+
+    first, second, valid, test = (tmp_path / f"{name}.tsv" for name in ("first", "second", "valid", "test"))
+    _write_letter_pairs(first, "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz")  # 676 pairs
+    _write_letter_pairs(second, "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    _write_letter_pairs(valid, "ab", "cd")
+    _write_letter_pairs(test, "ef", "gh")
+    carved = [split_pairs(read_pairs(path)) for path in (first, second)]  # each corpus's own three splits
+    assert all(len(split["valid"]) >= 2 and len(split["test"]) >= 2 for split in carved)
+
+    splits = _load_pairs([str(first), str(second)])
+    assert isinstance(splits["train"], Mixture) and splits["train"].weights == [1.0, 1.0]
+    assert [list(part) for part in splits["train"].parts] == [split["train"] for split in carved]
+    for name in ("valid", "test"):
+        assert splits[name] == carved[0][name] + carved[1][name]
+    assert _load_pairs([str(first), str(second)], weights=[1, 3])["train"].weights == [1.0, 3.0]
+    one = _load_pairs([str(first), str(second)], held_out=1)
+    assert (len(one["valid"]), len(one["test"])) == (2, 2)  # the first of each corpus's
+
+    own = _load_pairs(str(first), own={"valid": str(valid), "test": str(test)})
+    assert (own["valid"], own["test"]) == (read_pairs(valid), read_pairs(test))
+    assert own["train"] == read_pairs(first)  # nothing carved out of --data for a split the user brings
+    half = _load_pairs(str(first), own={"valid": str(valid), "test": None})
+    assert (half["valid"], half["test"]) == (read_pairs(valid), carved[0]["test"])  # the test split carved as before
+    assert len(half["train"]) == len(carved[0]["train"]) + len(carved[0]["valid"])
+
+    monkeypatch.setattr(stream, "STREAM_ABOVE_BYTES", 0)  # read as a stream: its sample is --vocab-sample's pairs
+    assert len(_load_pairs(str(first), sample_size=5)["train"].sample) == 5
+    assert len(_load_pairs(str(first))["train"].sample) == len(carved[0]["train"])  # the default, 200,000, holds all

@@ -220,7 +220,8 @@ def test_bad_corpora_or_weights_are_one_sentence(tmp_path, capsys, extra, messag
     except SystemExit as stop:  # argparse's own check of a value
         code = stop.code
     error = capsys.readouterr().err
-    assert code == 2 and message in error and "Traceback" not in error, error
+    assert code == 2 and error.endswith(f"{message}\n") and "kformer train: error: " in error, error
+    assert "Traceback" not in error
     assert not (tmp_path / "m").exists()
 
 
