@@ -168,12 +168,13 @@ def test_cli_with_nothing_on_stdin_prints_nothing(model_dir, monkeypatch, capsys
 def test_cli_attention_on_odd_text_draws_or_says_why_not(model_dir, tmp_path, capsys, name):
     out = tmp_path / "attention.png"
     code = main(["attention", "--model", str(model_dir), ODD_TEXTS[name], "--out", str(out)])
-    err = capsys.readouterr().err
+    printed, err = capsys.readouterr()
     if name in ("empty", "whitespace only"):
         assert (code, out.exists()) == (2, False)
         assert err.strip().startswith("kformer attention: error: ") and "has no tokens to attend to" in err
     else:
         assert code == 0 and out.read_bytes()[:4] == b"\x89PNG"
+        assert printed == f"Saved the attention heatmaps to {out}.\n"
 
 
 def test_cli_translate_arguments_that_are_odd(model_dir, capsys):

@@ -704,3 +704,11 @@ def test_load_pairs_mixes_corpora_by_weight_keeps_held_out_and_takes_the_users_o
     monkeypatch.setattr(stream, "STREAM_ABOVE_BYTES", 0)  # read as a stream: its sample is --vocab-sample's pairs
     assert len(_load_pairs(str(first), sample_size=5)["train"].sample) == 5
     assert len(_load_pairs(str(first))["train"].sample) == len(carved[0]["train"])  # the default, 200,000, holds all
+
+
+def test_kformer_translate_takes_a_beam_as_wide_as_the_target_vocabulary_and_no_wider(recorded_translator, capsys):
+    assert translated(capsys, "--beam", "50", "a") == "a0\n"  # the fake's target vocabulary: 50 tokens
+    assert main(["translate", "--model", "m", "--beam", "51", "a"]) == 2
+    assert capsys.readouterr().err == (
+        "kformer translate: error: --beam 51 is more than the 50 tokens of m's target vocabulary; give at most 50.\n"
+    )

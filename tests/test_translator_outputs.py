@@ -203,6 +203,16 @@ def test_kformer_score_prints_each_pairs_log_probability(hesitant, hesitant_dir,
         (["translate", "--beam", "100000", "a"], "--beam 100000 is more than the 16 tokens of .*'s target vocabulary"),
         (["translate", "--beam", "2", "--n-best", "3", "a"], "--n-best 3 is more than --beam 2 keeps; give --beam 3"),
         (["score", "--data", "{empty_target}"], r"pairs.tsv, line 2: the target side is empty"),
+        # The Translator's own refusals, its argument names given as the flags the user typed:
+        (
+            ["translate", "--beam", "2", "--temperature", "0.5", "a"],
+            r": sampling \(--temperature 0.5\) draws one translation: use --beam 1\.$",
+        ),
+        (
+            ["translate", "--top-k", "-1", "a"],
+            r": --top-k must be a non-negative integer \(0: no limit\), got --top-k -1\.$",
+        ),
+        (["translate", "--top-p", "2", "a"], r": --top-p must be in \(0, 1\], got --top-p 2\.0\.$"),
     ],
 )
 def test_kformer_decoding_flags_out_of_range_are_one_line(hesitant_dir, tmp_path, capsys, argv, message):
@@ -212,7 +222,7 @@ def test_kformer_decoding_flags_out_of_range_are_one_line(hesitant_dir, tmp_path
     assert main([argv[0], "--model", str(hesitant_dir), *argv[1:]]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith(f"kformer {argv[0]}: error: ")
-    assert re.search(message, err), err
+    assert re.search(message, err.rstrip("\n")), err
 
 
 def test_a_negative_length_penalty_is_refused_by_the_parser(hesitant_dir, capsys):
