@@ -1,8 +1,11 @@
 """Export: SavedModel, TFLite and ONNX artifacts, each proven equal to Keras in a fresh process."""
 
+import errno
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -313,15 +316,108 @@ def test_a_client_given_the_wrong_folder_says_what_is_missing(exported, tmp_path
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(formats=("saved_model", "pdf")), "unknown format 'pdf'"),
-        (dict(quantize=("int4",)), "unknown quantization 'int4'"),
-        (dict(formats=("onnx",), quantize=("int8",)), "--quantize applies to TFLite"),
+        (
+            dict(formats=("saved_model", "pdf")),
+            "unknown format 'pdf'; choose from saved_model, tflite, onnx, ctranslate2.",
+        ),
+        (dict(quantize=("int4",)), "unknown quantization 'int4'; choose from float16, int8."),
+        (
+            dict(formats=("onnx", "saved_model"), quantize=("int8",)),
+            "--quantize applies to TFLite and CTranslate2; add tflite or ctranslate2 to --formats.",
+        ),
     ],
 )
 def test_bad_requests_are_refused_before_any_work(trained, tmp_path, kwargs, message):
-    with pytest.raises(ExportError, match=message):
+    with pytest.raises(ExportError) as error:
         export(trained, tmp_path / "out", verbose=False, **kwargs)
+    assert str(error.value) == message
     assert not (tmp_path / "out").exists()
+
+
+def test_the_space_asked_for_is_four_bytes_a_weight_for_each_artifact(trained, tmp_path, monkeypatch):
+    """The artifacts, as `_bytes_written` counts them: the SavedModel and the converters' archive; TFLite's three
+    models and a variant each quantization; ONNX's two; CTranslate2's model and a variant each quantization."""
+    import kformer.deploy.export
+
+    asked = []
+
+    def require_space(path, needed, what, error):
+        asked.append((path, needed, what))
+        raise error("recorded")
+
+    monkeypatch.setattr(kformer.deploy.export, "require_space", require_space)
+    requests = [
+        (("saved_model",), (), 2),
+        (("tflite",), ("float16", "int8"), 5),
+        (("onnx",), (), 2),
+        (("ctranslate2",), ("int8",), 2),  # quantized without TFLite: CTranslate2 takes it
+        (("saved_model", "tflite", "onnx", "ctranslate2"), (), 8),
+    ]
+    for formats, quantize, _ in requests:
+        with pytest.raises(ExportError, match="^recorded$"):
+            export(trained, tmp_path / "out", formats=formats, quantize=quantize, verbose=False)
+    weight = 4 * trained.model.count_params()
+    assert asked == [(tmp_path / "out", weight * copies, "this export") for *_, copies in requests]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unwritable_directory_or_a_file_in_the_way_is_refused_before_any_work(trained, tmp_path, monkeypatch):
+    import kformer.deploy.export
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ExportError) as error:
+        export(trained, tmp_path / "file", verbose=False)
+    assert (
+        str(error.value) == f"{tmp_path / 'file'}: already exists and is not empty; remove it or choose another --out."
+    )
+    monkeypatch.setattr(kformer.deploy.export.os, "access", lambda path, mode: mode != os.W_OK)  # root writes anywhere
+    with pytest.raises(ExportError) as error:
+        export(trained, tmp_path / "out", verbose=False)
+    assert str(error.value) == f"{tmp_path}: cannot write there; choose another --out."
+    assert [path.name for path in tmp_path.iterdir()] == ["file"]
+
+
+@pytest.mark.parametrize(
+    "raised, disk_full",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), True),
+        (RuntimeError("TFLite conversion failed: write error: No space left on device"), True),  # a converter's
+        (PermissionError(errno.EACCES, "Permission denied"), False),
+    ],
+)
+def test_an_error_mid_export_leaves_nothing_and_only_a_full_disk_is_said_to_be_one(
+    trained, tmp_path, monkeypatch, raised, disk_full
+):
+    import kformer.deploy.export
+
+    def fails(job):
+        (job.staging / "saved_model").mkdir()
+        raise raised
+
+    monkeypatch.setitem(kformer.deploy.export.WRITERS, "saved_model", fails)
+    with pytest.raises(ExportError if disk_full else type(raised)) as error:
+        export(trained, tmp_path / "out", formats=("saved_model",), verbose=False)
+    assert str(error.value).startswith(f"{tmp_path / 'out'}: the disk filled up") == disk_full
+    assert error.value is raised or disk_full
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_staging_folder_clears_this_exports_leftovers_only_and_has_the_users_permissions(tmp_path):
+    from kformer.deploy.export import _staging
+
+    out = tmp_path / "out[1]"  # a name glob would read as a pattern: ".out1.partial-x" is another export's
+    for leftover in (".out[1].partial-x", ".out1.partial-x", ".other.partial-x"):
+        (tmp_path / leftover).mkdir()
+    previous = os.umask(0o022)
+    try:
+        staging = _staging(out)
+    finally:
+        os.umask(previous)
+    assert staging.parent == tmp_path and staging.name.startswith(".out[1].partial-") and staging.is_dir()
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [".out1.partial-x", ".other.partial-x", staging.name]
+    )
+    assert stat.S_IMODE(staging.stat().st_mode) == 0o755  # not mkdtemp's 0700
 
 
 def test_a_missing_converter_names_the_extra_that_installs_it(trained, tmp_path, monkeypatch):
@@ -441,9 +537,7 @@ def test_the_clients_read_reserved_tokens_and_spacing_rules_from_the_manifest(ex
 
 
 def test_the_export_gets_the_users_normal_permissions(trained, tmp_path):
-    import os
-    import stat
-
+    (tmp_path / "out").mkdir(mode=0o700)  # an empty --out is taken: the export replaces it
     previous = os.umask(0o022)
     try:
         export(trained, tmp_path / "out", formats=("saved_model",), verbose=False)
