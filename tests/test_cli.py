@@ -583,10 +583,10 @@ def test_kformer_translate_names_the_argument_or_stdin_line_of_a_refusal_or_a_cu
         "--prefix and --alignments read each sentence whole: split it, or translate it without them (then it is read "
         "in pieces).\n"
     )
-    recorded_translator.fails = {"z": SentenceTooLong(0, 30, 24)}  # the second batch's first: counted on
-    monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\n"))
+    recorded_translator.fails = {"z": SentenceTooLong(1, 30, 24)}  # the second batch's second: counted on
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\nw\n"))
     assert main(["translate", "--model", "m", "--scores", "--batch-size", "2"]) == 2
-    assert capsys.readouterr().err.startswith("kformer translate: error: stdin line 3 has 30 tokens, ")
+    assert capsys.readouterr().err.startswith("kformer translate: error: stdin line 4 has 30 tokens, ")
     recorded_translator.fails = {"a": ValueError("prefix 0 ('ñ') has no tokens; give target text, or no prefix.")}
     assert main(["translate", "--model", "m", "--prefix", "ñ", "a"]) == 2
     assert capsys.readouterr().err == (
@@ -606,10 +606,19 @@ def test_kformer_translate_names_the_argument_or_stdin_line_of_a_refusal_or_a_cu
     recorded_translator.warns = {"a": UserWarning("another library's warning")}
     with pytest.warns(UserWarning, match="another library's warning"):  # shown as it would have been
         assert main(["translate", "--model", "m", "a"]) == 0
+    recorded_translator.warns["x"] = OutputLimitWarning([0], settings)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a\nx\n"))
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("ignore", UserWarning)  # the user's filter holds for others' warnings, not for ours
+        assert main(["translate", "--model", "m", "--batch-size", "1"]) == 0
+    assert shown == []
+    assert capsys.readouterr().err == f"kformer: warning: stdin line 2: {cut} (now 2).\n"
     recorded_translator.warns = {}
-    capsys.readouterr()
+    assert translated(capsys, "--beam", "50", "a") == "a0\n"  # as wide as the fake's target vocabulary, no wider:
     assert main(["translate", "--model", "m", "--beam", "51", "a"]) == 2
-    assert "--beam 51 is more than the 50 tokens of m's target vocabulary; give at most 50." in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "kformer translate: error: --beam 51 is more than the 50 tokens of m's target vocabulary; give at most 50.\n"
+    )
 
 
 def failures():
@@ -704,11 +713,3 @@ def test_load_pairs_mixes_corpora_by_weight_keeps_held_out_and_takes_the_users_o
     monkeypatch.setattr(stream, "STREAM_ABOVE_BYTES", 0)  # read as a stream: its sample is --vocab-sample's pairs
     assert len(_load_pairs(str(first), sample_size=5)["train"].sample) == 5
     assert len(_load_pairs(str(first))["train"].sample) == len(carved[0]["train"])  # the default, 200,000, holds all
-
-
-def test_kformer_translate_takes_a_beam_as_wide_as_the_target_vocabulary_and_no_wider(recorded_translator, capsys):
-    assert translated(capsys, "--beam", "50", "a") == "a0\n"  # the fake's target vocabulary: 50 tokens
-    assert main(["translate", "--model", "m", "--beam", "51", "a"]) == 2
-    assert capsys.readouterr().err == (
-        "kformer translate: error: --beam 51 is more than the 50 tokens of m's target vocabulary; give at most 50.\n"
-    )
