@@ -435,7 +435,8 @@ def build_parser():
         action="store_const",
         const=0,
         default=1 if sys.stdout.isatty() else 2,
-        help="no progress bars or epoch lines (default: a live bar on a terminal, one line an epoch in logs)",
+        help="demo, train: only the results, no progress or training notes (default: a live bar on a terminal; "
+        "in logs, a line an epoch and every twentieth of a --minutes budget)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in (
@@ -519,7 +520,10 @@ def _translate_parser(commands):
     translate.add_argument("sentences", nargs="*", help="sentences (default: one per line on stdin)")
     translate.add_argument("--beam", type=_positive_int, default=1, help="beam size (default: 1, greedy)")
     translate.add_argument(
-        "--n-best", type=_positive_int, default=1, help="hypotheses a sentence, best first (default: 1; at most --beam)"
+        "--n-best",
+        type=_positive_int,
+        default=1,
+        help="hypotheses a sentence, best first (at most --beam; default: %(default)s)",
     )
     translate.add_argument("--scores", action="store_true", help="print each hypothesis's score")
     translate.add_argument(
@@ -590,7 +594,9 @@ def _generate_parser(commands):
     generate = commands.add_parser("generate", help="continue prompts with a language model (train --task lm)")
     generate.add_argument("--model", required=True, help="language-model directory")
     generate.add_argument("prompts", nargs="*", help="prompts (default: one per line on stdin)")
-    generate.add_argument("--max-tokens", type=_positive_int, default=50, help="most tokens to write (default: 50)")
+    generate.add_argument(
+        "--max-tokens", type=_positive_int, default=50, help="most tokens to write (default: %(default)s)"
+    )
     _add_sampling_flags(generate)
     generate.add_argument(
         "--batch-size", type=_positive_int, default=64, help="prompts generated together (default: %(default)s)"
@@ -628,7 +634,12 @@ def _export_parser(commands):
         help="GNMT's alpha the artifacts' beam search ranks by (default: kformer translate's, 0.6); "
         "the CTranslate2 client's default",
     )
-    export.add_argument("--max-tokens", type=_positive_int, default=50, help="language models: tokens (default: 50)")
+    export.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        default=50,
+        help="language models: most tokens written after a prompt (default: %(default)s)",
+    )
     export.set_defaults(run=_export)
 
 

@@ -92,14 +92,16 @@ def test_docs_cli_md_is_each_commands_help(capsys, monkeypatch):
     """docs/cli.md, the command reference, is what `kformer CMD --help` prints (wrapping aside): every flag,
     default and help text, so none changes without the page (and a broken help text fails here)."""
     monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("PYTHON_COLORS", "0")  # Python 3.14 colours help when asked to
     page = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     blocks = re.findall(r"^## `kformer( \w+)?`\n\n```text\n(.*?)```", page, re.MULTILINE | re.DOTALL)
-    assert len(blocks) == 10  # kformer itself and its nine commands, which its own block lists
+    listed = re.findall(r"^    (\w+)", blocks[0][1], re.MULTILINE)  # the commands `kformer --help` lists
+    assert [command for command, _ in blocks] == ["", *(f" {name}" for name in listed)]  # a section each
     for command, documented in blocks:
-        with pytest.raises(SystemExit) as exit:
+        with pytest.raises(SystemExit) as exit_info:
             main([*command.split(), "--help"])
         printed = capsys.readouterr().out
-        assert exit.value.code == 0
+        assert exit_info.value.code == 0
         assert " ".join(documented.split()) == " ".join(printed.split()), f"docs/cli.md: `kformer{command}`:\n{printed}"
 
 
@@ -681,16 +683,13 @@ def test_leaks_count_the_held_out_sources_that_training_has_too_in_a_streams_sam
     assert _leaks({"train": stream, **pairs, "test": []}) == {"valid": 1}
 
 
-def test_load_pairs_mixes_corpora_by_weight_keeps_held_out_and_takes_the_users_own_splits(tmp_path, monkeypatch):
-    from kformer.data import stream
+def test_load_pairs_mixes_corpora_by_weight_and_keeps_each_ones_held_out_pairs(tmp_path):
     from kformer.data.pairs import read_pairs, split_pairs
     from kformer.data.stream import Mixture
 
-    first, second, valid, test = (tmp_path / f"{name}.tsv" for name in ("first", "second", "valid", "test"))
+    first, second = tmp_path / "first.tsv", tmp_path / "second.tsv"
     _write_letter_pairs(first, "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz")  # 676 pairs
     _write_letter_pairs(second, "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    _write_letter_pairs(valid, "ab", "cd")
-    _write_letter_pairs(test, "ef", "gh")
     carved = [split_pairs(read_pairs(path)) for path in (first, second)]  # each corpus's own three splits
     assert all(len(split["valid"]) >= 2 and len(split["test"]) >= 2 for split in carved)
 
@@ -703,13 +702,23 @@ def test_load_pairs_mixes_corpora_by_weight_keeps_held_out_and_takes_the_users_o
     one = _load_pairs([str(first), str(second)], held_out=1)
     assert (len(one["valid"]), len(one["test"])) == (2, 2)  # the first of each corpus's
 
+
+def test_load_pairs_takes_the_users_own_splits_and_a_streams_sample_size(tmp_path, monkeypatch):
+    from kformer.data import stream
+    from kformer.data.pairs import read_pairs, split_pairs
+
+    first, valid, test = (tmp_path / f"{name}.tsv" for name in ("first", "valid", "test"))
+    _write_letter_pairs(first, "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz")  # 676 pairs
+    _write_letter_pairs(valid, "ab", "cd")
+    _write_letter_pairs(test, "ef", "gh")
+    carved = split_pairs(read_pairs(first))
     own = _load_pairs(str(first), own={"valid": str(valid), "test": str(test)})
     assert (own["valid"], own["test"]) == (read_pairs(valid), read_pairs(test))
     assert own["train"] == read_pairs(first)  # nothing carved out of --data for a split the user brings
     half = _load_pairs(str(first), own={"valid": str(valid), "test": None})
-    assert (half["valid"], half["test"]) == (read_pairs(valid), carved[0]["test"])  # the test split carved as before
-    assert len(half["train"]) == len(carved[0]["train"]) + len(carved[0]["valid"])
+    assert (half["valid"], half["test"]) == (read_pairs(valid), carved["test"])  # the test split carved as before
+    assert len(half["train"]) == len(carved["train"]) + len(carved["valid"])
 
     monkeypatch.setattr(stream, "STREAM_ABOVE_BYTES", 0)  # read as a stream: its sample is --vocab-sample's pairs
     assert len(_load_pairs(str(first), sample_size=5)["train"].sample) == 5
-    assert len(_load_pairs(str(first))["train"].sample) == len(carved[0]["train"])  # the default, 200,000, holds all
+    assert len(_load_pairs(str(first))["train"].sample) == len(carved["train"])  # the default, 200,000, holds all

@@ -222,7 +222,7 @@ def test_kformer_decoding_flags_out_of_range_are_one_line(hesitant_dir, tmp_path
     assert main([argv[0], "--model", str(hesitant_dir), *argv[1:]]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith(f"kformer {argv[0]}: error: ")
-    assert re.search(message, err.rstrip("\n")), err
+    assert re.search(message, err), err
 
 
 def test_a_negative_length_penalty_is_refused_by_the_parser(hesitant_dir, capsys):
