@@ -410,15 +410,15 @@ def test_a_staging_folder_clears_this_exports_leftovers_only_and_has_the_users_p
     out = tmp_path / "out[1]"  # a name glob would read as a pattern: ".out1.partial-x" is another export's
     for leftover in (".out[1].partial-x", ".out1.partial-x", ".other.partial-x"):
         (tmp_path / leftover).mkdir()
+    (tmp_path / ".out[1].partial-link").symlink_to(tmp_path / ".other.partial-x")  # rmtree refuses it: no matter
     previous = os.umask(0o022)
     try:
         staging = _staging(out)
     finally:
         os.umask(previous)
     assert staging.parent == tmp_path and staging.name.startswith(".out[1].partial-") and staging.is_dir()
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
-        [".out1.partial-x", ".other.partial-x", staging.name]
-    )
+    left = [".out1.partial-x", ".other.partial-x", ".out[1].partial-link", staging.name]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(left)
     assert stat.S_IMODE(staging.stat().st_mode) == 0o755  # not mkdtemp's 0700
 
 
