@@ -268,8 +268,15 @@ def test_translator_commands_on_a_language_model_are_one_usage_error(alphabet_lm
 @pytest.mark.parametrize(
     "request_, message",
     [
-        (dict(formats=("ctranslate2",)), "ctranslate2: not exported for a language model; export it as saved_model, "),
-        (dict(formats=("onnx", "ctranslate2"), quantize=("int8",)), "--quantize applies to TFLite here"),
+        (
+            dict(formats=("ctranslate2",)),
+            r"^ctranslate2: not exported for a language model; export it as saved_model, tflite, onnx\.$",
+        ),
+        (
+            dict(formats=("onnx", "ctranslate2"), quantize=("int8",)),
+            r"^--quantize applies to TFLite here \(a language model has no ctranslate2 export\); add tflite to "
+            r"--formats\.$",
+        ),
         (dict(formats=("tflite",), beam_size=4), "^--beam: for translators only; a language model exports greedy"),
         (dict(formats=("tflite",), length_penalty=0.0), "^--length-penalty: for translators only"),
         (dict(formats=("tflite",), xla=True, beam_size=2), "^--beam and --xla: for translators only"),
@@ -281,6 +288,22 @@ def test_an_export_a_language_model_cannot_have_is_refused_before_writing(alphab
     with pytest.raises(ExportError, match=message):
         export(alphabet_lm, tmp_path / "deploy", verbose=False, **request_)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_language_models_export_quantizes_its_tflite_and_skips_ctranslate2(alphabet_lm, tmp_path, monkeypatch):
+    """Asked for TFLite and CTranslate2 with --quantize, it goes on to write (here stopped at the disk check):
+    CTranslate2 skipped, TFLite quantized."""
+    import kformer.deploy.export
+    from kformer.deploy.export import ExportError, export
+    from kformer.model_dir import load
+
+    def require_space(path, needed, what, error):
+        raise error(f"asked for {needed} bytes")
+
+    monkeypatch.setattr(kformer.deploy.export, "require_space", require_space)
+    weight = 4 * load(alphabet_lm).model.count_params()  # TFLite's 3 models and the int8 variant: 4 bytes a weight
+    with pytest.raises(ExportError, match=f"^asked for {4 * weight} bytes$"):
+        export(alphabet_lm, tmp_path / "deploy", formats=("tflite", "ctranslate2"), quantize=("int8",), verbose=False)
 
 
 def test_attention_maps_of_a_language_model_are_refused_by_name(random_lm):
