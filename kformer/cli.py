@@ -416,7 +416,7 @@ def _add_training_flags(parser):
     for name, kind, default, text, choices in flags():
         text += "" if default is None or default is False else f" (default: {default})"
         switch = dict(action="store_const", const=True) if kind is bool else dict(type=kind, choices=choices)
-        group.add_argument("--" + name.replace("_", "-"), dest=name, help=text, **switch)
+        group.add_argument("--" + name.replace("_", "-"), help=text, **switch)
     group.add_argument("--vocab-size", type=int, help="WordPiece vocabulary size per side (default: 8000)")
     group.add_argument(
         "--no-xla",
@@ -490,7 +490,12 @@ def _train_parser(commands):
             help=f"your own {name} pairs (a pair file or 'a.en,a.es') for {use}; then none are carved out of --data",
         )
     train.add_argument("--out", required=True, help="model directory to write; rerun with the same one to resume")
-    train.add_argument("--task", choices=TASKS, default="translate", help="lm: decoder-only on text")
+    train.add_argument(
+        "--task",
+        choices=TASKS,
+        default="translate",
+        help="translate: sentence pairs; lm: decoder-only on text (default: %(default)s)",
+    )
     train.add_argument("--overwrite", action="store_true", help="train a new model over a finished one in --out")
     _add_training_flags(train)
     train.set_defaults(run=_train)
