@@ -361,20 +361,6 @@ def test_the_space_asked_for_is_four_bytes_a_weight_for_each_artifact(trained, t
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_unwritable_directory_or_a_file_in_the_way_is_refused_before_any_work(trained, tmp_path, monkeypatch):
-    (tmp_path / "file").write_text("x")
-    with pytest.raises(ExportError) as error:
-        export(trained, tmp_path / "file", verbose=False)
-    assert (
-        str(error.value) == f"{tmp_path / 'file'}: already exists and is not empty; remove it or choose another --out."
-    )
-    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.W_OK)  # as root, every directory is writable
-    with pytest.raises(ExportError) as error:
-        export(trained, tmp_path / "out", verbose=False)
-    assert str(error.value) == f"{tmp_path}: cannot write there; choose another --out."
-    assert [path.name for path in tmp_path.iterdir()] == ["file"]
-
-
 @pytest.mark.parametrize(
     "raised, disk_full",
     [
@@ -435,13 +421,24 @@ def test_a_missing_converter_names_the_extra_that_installs_it(trained, tmp_path,
     assert not (tmp_path / "out").exists()
 
 
-def test_unwritable_or_occupied_destinations(trained, tmp_path):
+def test_unwritable_or_occupied_destinations(trained, tmp_path, monkeypatch):
     with pytest.raises(ExportError, match="does not exist"):
         export(trained, tmp_path / "missing" / "out", verbose=False)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(ExportError, match="already exists and is not empty"):
         export(trained, tmp_path / "full", verbose=False)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ExportError) as error:
+        export(trained, tmp_path / "file", verbose=False)
+    assert (
+        str(error.value) == f"{tmp_path / 'file'}: already exists and is not empty; remove it or choose another --out."
+    )
+    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.W_OK)  # as root, every directory is writable
+    with pytest.raises(ExportError) as error:
+        export(trained, tmp_path / "out", verbose=False)
+    assert str(error.value) == f"{tmp_path}: cannot write there; choose another --out."
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file", "full"]  # nothing staged nor written
 
 
 def test_a_failed_export_leaves_nothing_that_looks_complete(trained, tmp_path, monkeypatch):
