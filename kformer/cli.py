@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import warnings
@@ -214,11 +215,10 @@ def _translate(args):
         )
     if args.n_best > args.beam:
         raise _UsageError(f"--n-best {args.n_best} is more than --beam {args.beam} keeps; give --beam {args.n_best}.")
-    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     settings = dict(beam_size=args.beam, length_penalty=args.length_penalty, max_output_ratio=args.max_output_ratio)
     settings["no_repeat_ngram"] = args.no_repeat_ngram
     try:
-        translator = Translator(trained, **settings, **sampling)
+        translator = Translator(trained, **settings, **_sampling(args))
     except ValueError as error:
         message = str(error)
         for name, flag in (("beam_size=1", "--beam 1"), ("temperature=", "--temperature "), ("top_", "--top-")):
@@ -290,18 +290,16 @@ def _score(args):
         sys.stdout.flush()
 
 
+def _sampling(args):
+    """The sampling flags `kformer translate` and `kformer generate` share, as keyword arguments."""
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
 def _generate(args):
     from kformer.inference.generator import Generator
 
     try:
-        generator = Generator(
-            args.model,
-            max_new_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-        )
+        generator = Generator(args.model, max_new_tokens=args.max_tokens, **_sampling(args))
     except ValueError as error:
         raise _UsageError(error) from None
     for batch in [args.prompts] if args.prompts else _stdin_batches(args.batch_size):
@@ -369,45 +367,25 @@ def _walkthrough(args):
     print(walkthrough.black_cat_report())
 
 
-def _positive_int(text):
-    """argparse type: a whole number of at least 1 (a count, a size)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
+def _number(convert, accepts, wanted):
+    """An argparse type: `convert(text)` where `accepts` the value, else "expected `wanted`"."""
+
+    def parse(text):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text):
-    """argparse type: a whole number of 0 or more (0: off)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got {text!r}")
-    return value
-
-
-def _positive_float(text):
-    """argparse type: a finite number above 0 (a ratio)."""
-    value = _non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
-    return value
-
-
-def _non_negative_float(text):
-    """argparse type: a finite number of 0 or more (a penalty)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}")
-    return value
+_positive_int = _number(int, lambda value: value >= 1, "a positive whole number")  # a count, a size
+_non_negative_int = _number(int, lambda value: value >= 0, "a whole number of 0 or more")  # 0: off
+_positive_float = _number(float, lambda value: 0 < value < math.inf, "a number above 0")  # a ratio
+_non_negative_float = _number(float, lambda value: 0 <= value < math.inf, "a number of 0 or more")  # a penalty
 
 
 def _add_training_flags(parser):

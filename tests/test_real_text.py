@@ -203,7 +203,7 @@ def test_a_mixture_draws_each_corpus_by_its_weight_and_the_same_seed_gives_the_s
     [
         ("--weights 3", "--weights gives 1 weights for 2 --data corpora; give one each."),
         ("--weights 3 0", "argument --weights: expected a number above 0, got '0'"),
-        ("--weights 3 x", "argument --weights: expected a number of 0 or more, got 'x'"),
+        ("--weights 3 x", "argument --weights: expected a number above 0, got 'x'"),
         ("SAME", "listed twice; give each corpus once (--weights says how often)."),
         ("--task lm", "--task lm reads one text file: give one --data, without --weights."),
     ],
