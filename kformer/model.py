@@ -67,9 +67,6 @@ class _Stack(keras.layers.Layer):
         if self.final_norm is not None:
             self.final_norm.build(x_shape)
 
-    def _run_stack(self, tokens, context=None, context_padding_mask=None, training=None):
-        return self.run_with_attention(tokens, context, context_padding_mask, training)[0]
-
     def run_with_attention(self, tokens, context=None, context_padding_mask=None, training=None):
         """The stack's states `(B, T, D)` and each block's attention weights (a list of dicts)."""
         padding_mask = make_padding_mask(tokens)  # (B, T)
@@ -119,7 +116,7 @@ class Encoder(_Stack):
         self._build_stack(encoder_tokens_shape)
 
     def call(self, encoder_tokens, training=None):
-        return self._run_stack(encoder_tokens, training=training)
+        return self.run_with_attention(encoder_tokens, training=training)[0]
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -174,7 +171,7 @@ class Decoder(_Stack):
             self.output_projection.build((*decoder_tokens_shape, self.d_model))
 
     def call(self, decoder_tokens, context=None, context_padding_mask=None, training=None):
-        x = self._run_stack(decoder_tokens, context, context_padding_mask, training)  # (B, T, D)
+        x = self.run_with_attention(decoder_tokens, context, context_padding_mask, training)[0]  # (B, T, D)
         return self.logits(x)
 
     def empty_cache(self, batch_size, length):
@@ -291,18 +288,9 @@ class Transformer(keras.Model):
         context = encoder(encoder_tokens)  # (B, S, D)
         logits = decoder(decoder_tokens, context=context, context_padding_mask=make_padding_mask(encoder_tokens))
         super().__init__([encoder_tokens, decoder_tokens], logits, name=kwargs.pop("name", "transformer"), **kwargs)
-        self._settings = dict(
-            src_vocab_size=src_vocab_size,
-            tgt_vocab_size=tgt_vocab_size,
-            d_model=d_model,
-            num_heads=num_heads,
-            num_layers=num_layers,
-            d_ff=d_ff,
-            dropout=dropout,
-            norm_first=norm_first,
-            tie_embeddings=tie_embeddings,
-            share_embeddings=share_embeddings,
-        )
+        settings = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **stack)
+        settings.update(tie_embeddings=tie_embeddings, share_embeddings=share_embeddings)
+        self._settings = settings
 
     def get_config(self):
         return {"name": self.name, **self._settings}

@@ -138,10 +138,6 @@ class RunDirectory:
         shutil.rmtree(self.backup, ignore_errors=True)
 
 
-def _embedding_rows(model, layer_name):
-    return model.get_layer(layer_name).embedding.vocab_size
-
-
 def load(directory):
     """Loads a model directory written by `kformer train` or `TrainedModel.save`.
 
@@ -189,7 +185,7 @@ def load(directory):
         raise ModelDirectoryError(f"{directory}: a vocabulary file is not valid: {error}") from None
     vocabularies = [("target", target, "decoder")] + ([("source", source, "encoder")] if source else [])
     for name, tokenizer, layer in vocabularies:
-        rows = _embedding_rows(model, layer)
+        rows = model.get_layer(layer).embedding.vocab_size
         if rows != tokenizer.vocab_size:
             raise ModelDirectoryError(
                 f"{directory}: the {name} vocabulary has {tokenizer.vocab_size} tokens but the model's "

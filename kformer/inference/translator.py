@@ -193,10 +193,6 @@ class Translator(tf.Module):
         # The functions of scores and n-best lists, made on first use (`_on_demand`).
         self._made = types.SimpleNamespace()
 
-    def pieces(self, token_ids):
-        """Ragged int32 `(N, None)` -> `(N, None, None)`: each sentence's pieces of about `max_length` tokens."""
-        return in_pieces(token_ids, self.max_length, self._word_starts)
-
     def output_limit(self, source_tokens):
         """The most tokens, [END] included, of the outputs of a batch whose longest source has `source_tokens`."""
         longest = tf.minimum(source_tokens, self.max_length)
@@ -227,7 +223,7 @@ class Translator(tf.Module):
         """Ragged int32 `(N, None)`, a sentence's ids a row -> (its translation's ids, int32 `(N, T)` with
         [END] and [PAD] among them; bool `(N,)`, whether it stopped at the output limit before [END]).
 
-        A sentence over `max_length` tokens is translated in pieces (`pieces`), in one batch with the rest, and
+        A sentence over `max_length` tokens is translated in pieces (`in_pieces`), in one batch with the rest, and
         its pieces' outputs are put end to end (detokenizing drops the reserved ids between them).
         """
 
@@ -235,14 +231,14 @@ class Translator(tf.Module):
             output = self.translate_ids(padded_tokens(token_ids))
             return output, self._stopped(output, token_ids.row_lengths())
 
-        def in_pieces():
-            pieces = self.pieces(token_ids)  # (N, None, None)
+        def by_pieces():
+            pieces = in_pieces(token_ids, self.max_length, self._word_starts)  # (N, None, None)
             output = self.translate_ids(padded_tokens(pieces.values))  # (P, T)
             stopped = self._stopped(output, pieces.values.row_lengths())  # (P,)
             by_sentence = tf.RaggedTensor.from_row_lengths(output, pieces.row_lengths(), validate=False)
             return by_sentence.merge_dims(1, 2).to_tensor(PAD_ID), tf.reduce_any(pieces.with_values(stopped), 1)
 
-        return tf.cond(tf.reduce_any(token_ids.row_lengths() > self.max_length), in_pieces, whole)
+        return tf.cond(tf.reduce_any(token_ids.row_lengths() > self.max_length), by_pieces, whole)
 
     @staticmethod
     def _stopped(output, source_lengths):
@@ -268,10 +264,10 @@ class Translator(tf.Module):
         `prefix_tokens` (int32 `(B, P)`, 0-padded), each hypothesis starts with its row's.
         """
         if prefix_tokens is None:
-            search_ids = self._on_demand("search_ids", lambda: self._function(lambda x: self._search(x, True), 1))
-            return search_ids(tf.cast(encoder_tokens, tf.int32))
-        search_ids = self._on_demand("search_prefix", lambda: self._function(lambda x, y: self._search(x, True, y), 2))
-        return search_ids(tf.cast(encoder_tokens, tf.int32), tf.cast(prefix_tokens, tf.int32))
+            search = self._on_demand("search_ids", lambda: tf.function(lambda x: self._search(x, True), [_IDS]))
+            return search(tf.cast(encoder_tokens, tf.int32))
+        search = self._on_demand("prefixed", lambda: tf.function(lambda x, y: self._search(x, True, y), [_IDS] * 2))
+        return search(tf.cast(encoder_tokens, tf.int32), tf.cast(prefix_tokens, tf.int32))
 
     def _on_demand(self, name, make):
         """The tf.function `make()` gives, made on first use and kept where tf.saved_model does not look.
@@ -283,11 +279,6 @@ class Translator(tf.Module):
         if not hasattr(self._made, name):
             setattr(self._made, name, make())
         return getattr(self._made, name)
-
-    @staticmethod
-    def _function(python_function, id_inputs):
-        """tf.function of `python_function`, taking `id_inputs` int32 `(B, None)` tensors."""
-        return tf.function(python_function, input_signature=[_IDS] * id_inputs)
 
     def _search(self, encoder_tokens, with_log_probs, prefix_tokens=None):
         width = tf.shape(encoder_tokens)[1]
@@ -351,7 +342,7 @@ class Translator(tf.Module):
     def score_ids(self, encoder_tokens, target_tokens):
         """Teacher-forced log-probabilities of given targets: int32 `(B, S)` and `(B, T)`, 0 = padding, no [END]
         -> float32 `(B, T + 1)`, each target token's and then [END]'s, 0 after them."""
-        score_ids = self._on_demand("score_ids", lambda: self._function(self._teacher_forced, 2))
+        score_ids = self._on_demand("score_ids", lambda: tf.function(self._teacher_forced, [_IDS, _IDS]))
         return score_ids(tf.cast(encoder_tokens, tf.int32), tf.cast(target_tokens, tf.int32))
 
     def _teacher_forced(self, encoder_tokens, target_tokens):

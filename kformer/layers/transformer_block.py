@@ -1,10 +1,11 @@
+import functools
+
 import keras
 
 from kformer.layers.cross_attention import CrossAttention
 from kformer.layers.dropout import Dropout
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.multi_head_self_attention import MultiHeadSelfAttention
-from kformer.layers.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -83,8 +84,6 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        check_positive_int("d_model", d_model)
-        check_positive_int("d_ff", d_ff)
         self.d_model = d_model
         self.num_heads = num_heads
         self.d_ff = d_ff
@@ -98,24 +97,19 @@ class TransformerBlock(keras.layers.Layer):
         # Every sublayer takes the block's dtype policy, so a block built with
         # dtype="mixed_float16" adds float16 to float16 in its residual sums.
         policy = self.dtype_policy
+        norm = functools.partial(keras.layers.LayerNormalization, epsilon=layer_norm_epsilon, dtype=policy)
         self.self_attention = MultiHeadSelfAttention(
             num_heads, d_model, dropout=dropout, causal=causal, name="self_attention", dtype=policy
         )
-        self.self_attention_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="self_attention_norm", dtype=policy
-        )
+        self.self_attention_norm = norm(name="self_attention_norm")
         if cross_attention:
             self.cross_attention_layer = CrossAttention(
                 num_heads, d_model, dropout=dropout, name="cross_attention", dtype=policy
             )
-            self.cross_attention_norm = keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, name="cross_attention_norm", dtype=policy
-            )
+            self.cross_attention_norm = norm(name="cross_attention_norm")
         # No dropout on the feed-forward's hidden activation: see above.
         self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward", dtype=policy)
-        self.feed_forward_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="feed_forward_norm", dtype=policy
-        )
+        self.feed_forward_norm = norm(name="feed_forward_norm")
         self.residual_dropout = Dropout(dropout, dtype=policy)
 
     def build(self, x_shape, context_shape=None):

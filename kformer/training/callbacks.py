@@ -235,7 +235,7 @@ class Backup(keras.callbacks.Callback):
         self.epoch = 0
         self.seconds = 0.0
         self.restored_step = None  # the step a resumed run goes on from
-        self._interrupted = False
+        self.interrupted = False  # whether Ctrl-C or SIGTERM came (inside `guard_interrupts`)
         self._started = None
         self.shared_interrupted = None
 
@@ -284,7 +284,7 @@ class Backup(keras.callbacks.Callback):
             return
 
         def interrupt(signum, frame):
-            self._interrupted = True
+            self.interrupted = True
             for number, handler in previous.items():  # the second one acts at once
                 signal.signal(number, handler)
 
@@ -324,22 +324,13 @@ class Backup(keras.callbacks.Callback):
         if self._told():
             self._stop(epoch + 1)
 
-    @property
-    def interrupted(self):
-        """Whether Ctrl-C or SIGTERM came (inside `guard_interrupts`)."""
-        return self._interrupted
-
     def _told(self):
         """Whether to save and stop here: after Ctrl-C or SIGTERM, or under several workers, once any of them was."""
-        return self._interrupted if self.shared_interrupted is None else self.shared_interrupted
+        return self.interrupted if self.shared_interrupted is None else self.shared_interrupted
 
     def _stop(self, epoch):
         self.save(epoch)
-        raise self.interruption()
-
-    def interruption(self):
-        """The `TrainingInterrupted` to raise once the run is saved."""
-        return TrainingInterrupted(
+        raise TrainingInterrupted(
             f"interrupted at step {self.saved_step():,}; the run is saved in {self.directory}. "
             "Run the same command again to resume it."
         )

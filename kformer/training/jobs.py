@@ -65,18 +65,6 @@ def uses_xla(config):
     return config.strategy == "tpu" or keras.mixed_precision.global_policy().compute_dtype != "bfloat16"
 
 
-def _compile(model, config, schedule):
-    compile_for_training(
-        model,
-        config.d_model,
-        config.label_smoothing,
-        jit_compile=uses_xla(config),
-        clipnorm=config.clipnorm,
-        schedule=schedule,
-        ema=config.ema,
-    )
-
-
 @contextlib.contextmanager
 def _training_setup(config):
     """What every job sets up first: the strategy, the seeds, the precision policy.
@@ -111,7 +99,15 @@ def _build(strategy, config, builder, vocab_sizes, steps_per_epoch, weights=None
         if weights is not None:
             model.set_weights(weights)
         schedule = _schedule(config, steps_per_epoch)
-        _compile(model, config, schedule)
+        compile_for_training(
+            model,
+            config.d_model,
+            config.label_smoothing,
+            jit_compile=uses_xla(config),
+            clipnorm=config.clipnorm,
+            schedule=schedule,
+            ema=config.ema,
+        )
     return model, schedule
 
 

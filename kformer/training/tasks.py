@@ -122,15 +122,8 @@ class LanguageModel:
 
     def runner(self, trained, beam_size=1, length_penalty=None, max_new_tokens=None, xla=False):
         """The `Generator` an export serves: greedy, `max_new_tokens` a prompt, in the plain graph loop."""
-        asked = [
-            flag
-            for flag, given in (
-                ("--beam", beam_size != 1),
-                ("--length-penalty", length_penalty is not None),
-                ("--xla", xla),
-            )
-            if given
-        ]
+        given = {"--beam": beam_size != 1, "--length-penalty": length_penalty is not None, "--xla": xla}
+        asked = [flag for flag, was_given in given.items() if was_given]
         if asked:
             raise ValueError(
                 f"{' and '.join(asked)}: for translators only; a {self.noun} exports greedy generation in the graph "
