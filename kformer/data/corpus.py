@@ -232,12 +232,13 @@ def _sentence(rng, harder=False):
     phrases = [subject]
     template = rng.choice(["intransitive", "transitive", "subject_relative", "object_relative"])
     english, spanish = [subject.english], [subject.spanish]
-    if template == "subject_relative":  # the cat that sees the dogs sleeps
+    if template in ("transitive", "subject_relative"):  # the cat sees the dogs / the cat that sees the dogs sleeps
         verb = rng.choice(TRANSITIVE)
         obj, obj_spanish = _object(rng)
         en_verb, es_verb = _verb(verb, subject, past)
-        english += ["that", en_verb, obj.english]
-        spanish += ["que", es_verb, obj_spanish]
+        relative = template == "subject_relative"
+        english += ["that"] * relative + [en_verb, obj.english]
+        spanish += ["que"] * relative + [es_verb, obj_spanish]
         phrases.append(obj)
     elif template == "object_relative":  # the cats that the girl sees sleep
         inner = _noun_phrase(rng, ANIMATE)
@@ -245,14 +246,7 @@ def _sentence(rng, harder=False):
         english += ["that", inner.english, en_verb]
         spanish += ["que", inner.spanish, es_verb]
         phrases.append(inner)
-    if template == "transitive":
-        verb = rng.choice(TRANSITIVE)
-        obj, obj_spanish = _object(rng)
-        en_verb, es_verb = _verb(verb, subject, past)
-        english += [en_verb, obj.english]
-        spanish += [es_verb, obj_spanish]
-        phrases.append(obj)
-    else:
+    if template != "transitive":
         en_verb, es_verb = _verb(rng.choice(INTRANSITIVE), subject, past)
         english.append(en_verb)
         spanish.append(es_verb)
