@@ -22,13 +22,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
     same order, so weights move between the two with `set_weights`:
     W_Q, W_K, W_V `(D, H, K)` with biases `(H, K)`, W_O `(H, K, D)` with bias `(D,)`.
 
-    Args:
-        num_heads: H, the number of attention heads.
-        d_model: D, the width of `x` and of the output.
-        head_dim: K, the width of each head's queries, keys and values;
-            defaults to `d_model // num_heads`.
-        dropout: rate of dropout on the attention weights while training.
-        use_bias: whether the four projections have biases.
+    Args: as `MultiHeadSelfAttention`'s, without `causal`.
     """
 
     def __init__(self, num_heads, d_model, head_dim=None, dropout=0.0, use_bias=True, **kwargs):

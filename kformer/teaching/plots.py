@@ -1,9 +1,5 @@
-"""Pictures: learning curves (and, with decoding, attention heatmaps).
-
-Figures are made with `matplotlib.figure.Figure`, not pyplot: they draw and
-save without a GUI backend, and importing kformer leaves the caller's
-matplotlib backend alone (a notebook keeps showing its plots inline).
-"""
+"""Attention heatmaps of a translation, drawn with `matplotlib.figure.Figure`, not pyplot (as `training.history`'s
+learning curves: no GUI backend needed, and the caller's backend left alone)."""
 
 from matplotlib.figure import Figure
 
