@@ -1,5 +1,9 @@
 """WordPiece tokenization and readable detokenization."""
 
+import collections
+import inspect
+from unittest import mock
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -186,10 +190,54 @@ def test_the_vocabulary_is_tensorflow_texts_learned_with_fewer_probes(monkeypatc
 @example({"ad": 2519, "dbdcb": 2297, "cdd": 463, "ab": 2696, "bbddb": 25}, 14)
 @example({"e": 1971, "d": 2121, "abdc": 18, "da": 2636, "ced": 2479, "ebeb": 723, "eb": 2058}, 15)
 @example({"a" * 51: 40, "bc": 30}, 20)  # a word over the learner's 50 characters is left out, not learned
+# A probe whose bound falls exactly 5% short (learned), a search that stops within the 5%, and one that stops exactly
+# 5% short (found as above):
+@example({"éédéd": 1725, "ééb": 782, "baaa": 1718, "dé": 1890, "cdb": 18, "d": 1692}, 40)
+@example({"ébddaé": 1570, "déa": 1977, "dcddc": 2243, "abéébd": 2732, "acdédba": 71, "béédbad": 2285, "cééb": 2007}, 22)
+@example(
+    {"cbda": 2644, "adébba": 1001, "aaccéébab": 2943, "b": 2772, "caéc": 2587, "écbbba": 219, "acd": 427, "bddé": 2238}
+    | {"éccddaab": 627, "bcbcéb": 2559, "dcéabb": 1427, "éba": 111},
+    20,
+)
 @given(
     st.dictionaries(st.text("abcdé", min_size=1, max_size=9), st.integers(1, 3000), min_size=1, max_size=60),
     st.integers(5, 120),
 )
 def test_learn_wordpiece_is_the_learners_learn_on_any_word_counts(word_counts, vocab_size):
-    """Against tensorflow-text's `learn`, which learns every probe: small alphabets, skewed counts, tiny sizes."""
-    assert learn_wordpiece(word_counts, vocab_size) == learner.learn(word_counts, vocab_size, RESERVED_TOKENS)
+    """Against tensorflow-text's `learn`, which learns every probe: small alphabets, skewed counts, tiny sizes.
+
+    The same vocabulary, on the learner's own path: each probe learned with the learner's own settings (its
+    signature's defaults), and a probe skipped exactly where the docstring's bound (the reserved tokens, each
+    character alone and after "##", the pieces counted at least the threshold times) falls short of the 5%.
+    """
+    theirs, ours = [], []
+    learn_with_thresh = learner.learn_with_thresh
+
+    def recorded(probes):
+        return lambda words, thresh, params: probes.append((thresh, params)) or learn_with_thresh(words, thresh, params)
+
+    with mock.patch.object(learner, "learn_with_thresh", recorded(theirs)):
+        expected = learner.learn(word_counts, vocab_size, RESERVED_TOKENS)
+    with mock.patch.object(learner, "learn_with_thresh", recorded(ours)):
+        assert learn_wordpiece(word_counts, vocab_size) == expected
+
+    defaults = inspect.signature(learner.learn).parameters
+    wanted = {name: defaults[name].default for name in learner.Params._fields if name in defaults}
+    learners = {**wanted, "vocab_size": vocab_size, "reserved_tokens": RESERVED_TOKENS}
+    assert all(params._asdict() == learners for _, params in ours)
+    words = learner.get_input_words(word_counts.items(), RESERVED_TOKENS, wanted["max_token_length"])
+    allowed = learner.get_allowed_chars(words, wanted["max_unique_chars"])
+    words = learner.filter_input_words(words, allowed, wanted["max_input_tokens"])
+    pieces = collections.Counter()
+    for word, count in words:
+        for start in range(len(word)):
+            for end in range(start + 1, len(word) + 1):
+                pieces[("##" if start else "") + word[start:end]] += count
+    characters = {character for word, _ in words for character in word}
+
+    def at_most(thresh):
+        return len(RESERVED_TOKENS) + 2 * len(characters) + sum(count >= thresh for count in pieces.values())
+
+    *searched, last = [thresh for thresh, _ in theirs]
+    skipped = [thresh for thresh in searched if vocab_size - at_most(thresh) > 0.05 * vocab_size]
+    assert [thresh for thresh, _ in ours] == [thresh for thresh in searched if thresh not in skipped] + [last]
