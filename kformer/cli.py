@@ -27,10 +27,10 @@ DEMO_CONFIG = dict(
 )
 
 
-def _load_pairs(data, held_out=HELD_OUT, sample_size=None, own=None, weights=None):
+def _load_pairs(data, held_out=HELD_OUT, sample_size=None, own=None, weights=None, verbose=1):
     """The splits of a corpus file (its training split a stream when it is large), or of the built-in corpus when
     data == "builtin"; `sample_size`: `TrainingConfig.vocab_sample`. `own`: {"valid" or "test": a pair file}
-    that replaces that split, which then is not carved out of `data`.
+    that replaces that split, which then is not carved out of `data`. `verbose` 0: reading a stream says nothing.
 
     `data` may be a list of corpora: their training splits are drawn by `weights` (a `Mixture`; default 1
     each), and their validation and test splits are put together."""
@@ -51,7 +51,7 @@ def _load_pairs(data, held_out=HELD_OUT, sample_size=None, own=None, weights=Non
     each = [
         builtin_splits()
         if corpus == "builtin"
-        else corpus_splits(corpus, sample_size or TrainingConfig.vocab_sample, held_out=held_out, **fractions)
+        else corpus_splits(corpus, sample_size or TrainingConfig.vocab_sample, held_out, verbose=verbose, **fractions)
         for corpus in corpora
     ]
     splits = each[0]
@@ -169,7 +169,7 @@ def _train(args):
         print(f'Saved the language model to {args.out}/ (try: kformer generate --model {args.out} "el gato").')
         return
     own = {"valid": args.valid, "test": args.test}
-    splits = _load_pairs(args.data, args.held_out, config.vocab_sample, own, args.weights)
+    splits = _load_pairs(args.data, args.held_out, config.vocab_sample, own, args.weights, args.verbose)
     for name, count in _leaks(splits).items():
         if count:
             print(
@@ -413,8 +413,8 @@ def build_parser():
         action="store_const",
         const=0,
         default=1 if sys.stdout.isatty() else 2,
-        help="demo, train: only the results, no progress or training notes (default: a live bar on a terminal; "
-        "in logs, a line an epoch and every twentieth of a --minutes budget)",
+        help="demo, train: only the results and warnings, no progress or training notes (default: a live bar on a "
+        "terminal; in logs, a line an epoch and every twentieth of a --minutes budget)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in (

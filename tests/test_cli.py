@@ -497,6 +497,24 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
     assert len(evaluations) == 2  # the chief scores
 
 
+def test_kformer_train_quiet_reads_its_corpus_without_a_word(tmp_path, monkeypatch, capsys):
+    """--quiet reaches the reading of --data: read whole (its count of pairs) or as a stream (its start)."""
+    import kformer.data.stream
+    import kformer.training.jobs
+
+    trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", SimpleNamespace(config={"result": {}}))
+    corpus = tmp_path / "corpus.tsv"
+    _write_letter_pairs(corpus, "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz")  # 676 pairs
+    argv = ["train", "--data", str(corpus), "--out", str(tmp_path / "m"), "--valid", str(tmp_path / "none.tsv")]
+    for said in (f"Read 676 pairs from {corpus} (", f"{corpus}: 0 MB, read as a stream. Reading its start: "):
+        assert main(argv) == 2  # --valid is missing: refused after --data is read
+        assert capsys.readouterr().out.startswith(said)
+        assert main(["--quiet", *argv]) == 2
+        assert capsys.readouterr().out == ""
+        monkeypatch.setattr(kformer.data.stream, "STREAM_ABOVE_BYTES", 1000)  # then as a stream
+    assert trainings == []
+
+
 class RecordedTranslator:
     """`Translator` as `kformer translate` uses it, recorded: what it was made with and asked, and for each
     sentence s its hypotheses s0, s1, ... scored -1, -2, ..., aligned "0-0". `fails` and `warns`: {a batch's

@@ -193,12 +193,12 @@ def test_kformer_train_streams_a_large_corpus_and_shows_the_time_left(tmp_path, 
 
 
 @pytest.mark.slow  # 30 s: a fresh training process
-def test_a_budget_too_short_to_train_says_so(tmp_path, capsys):
+def test_a_budget_too_short_to_train_says_so_even_under_quiet(tmp_path, capsys):
     data = write(tmp_path / "pairs.tsv", corpus_lines(300))
     out = tmp_path / "model"
     tiny = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --max-length 8 --batch-size 16"
-    assert main(f"train --data {data} --out {out} --minutes 0.001 --no-xla {tiny}".split()) == 0
-    assert re.search(r"Warning: only \d+ training steps ran in 0.001 minutes", capsys.readouterr().out)
+    assert main(f"--quiet train --data {data} --out {out} --minutes 0.001 --no-xla {tiny}".split()) == 0
+    assert re.search(r"Warning: only \d+ training steps ran in 0.001 minutes", capsys.readouterr().err)
 
 
 def test_sigterm_saves_and_stops_training_like_ctrl_c(tmp_path):

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -209,7 +210,7 @@ def _fit(model, schedule, train, valid, steps_per_epoch, run, config, verbose, k
         summary["resumed_from"] = backup.restored_step
     if average is not None and average.chrf is not None:
         summary["val_chrf_average"] = average.chrf
-    _report(summary, epochs, run.learning_curves if chief else None, verbose)
+    _report(summary, epochs, run.learning_curves if chief else None)
     return history, summary
 
 
@@ -233,10 +234,11 @@ def _summary(model, epochs, seconds, ended_by, config, budget, first_step_second
     return summary
 
 
-def _report(summary, epochs, curves, verbose):
-    """Prints the summary's warning, and draws the learning curves to `curves` (None: this worker writes nothing)."""
-    if verbose and "warning" in summary:
-        print(f"Warning: {summary['warning']}.", flush=True)
+def _report(summary, epochs, curves):
+    """Prints the summary's warning (to stderr, under --quiet too: it is about the result), and draws the learning
+    curves to `curves` (None: this worker writes nothing)."""
+    if "warning" in summary:
+        print(f"Warning: {summary['warning']}.", file=sys.stderr, flush=True)
     if curves is not None and epochs.get("loss"):
         learning_curves(epochs, curves)
 
