@@ -190,6 +190,7 @@ def test_the_vocabulary_is_tensorflow_texts_learned_with_fewer_probes(monkeypatc
 @example({"ad": 2519, "dbdcb": 2297, "cdd": 463, "ab": 2696, "bbddb": 25}, 14)
 @example({"e": 1971, "d": 2121, "abdc": 18, "da": 2636, "ced": 2479, "ebeb": 723, "eb": 2058}, 15)
 @example({"a" * 51: 40, "bc": 30}, 20)  # a word over the learner's 50 characters is left out, not learned
+@example({"ab": 30_000_000, "bc": 2_000, "ca": 30}, 12)  # a count over the learner's upper bound, 10 million
 # A probe whose bound falls exactly 5% short (learned), a search that stops within the 5%, and one that stops exactly
 # 5% short (found as above):
 @example({"éédéd": 1725, "ééb": 782, "baaa": 1718, "dé": 1890, "cdb": 18, "d": 1692}, 40)
