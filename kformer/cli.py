@@ -30,7 +30,7 @@ DEMO_CONFIG = dict(
 def _load_pairs(data, held_out=HELD_OUT, sample_size=None, own=None, weights=None, verbose=1):
     """The splits of a corpus file (its training split a stream when it is large), or of the built-in corpus when
     data == "builtin"; `sample_size`: `TrainingConfig.vocab_sample`. `own`: {"valid" or "test": a pair file}
-    that replaces that split, which then is not carved out of `data`. `verbose` 0: reading a stream says nothing.
+    that replaces that split, which then is not carved out of `data`. `verbose` 0: reading --data says nothing.
 
     `data` may be a list of corpora: their training splits are drawn by `weights` (a `Mixture`; default 1
     each), and their validation and test splits are put together."""

@@ -225,7 +225,7 @@ def test_a_spent_budget_says_why_the_run_stopped_and_warns_when_it_left_too_few_
         "too few to learn from; give more --minutes"
     )
     assert summary["warning"] == warning
-    assert f"Warning: {warning}.\n" in capsys.readouterr().err
+    assert f"warning: {warning}.\n" in capsys.readouterr().err
     budget = next(callback for callback in spy.asked["callbacks"] if isinstance(callback, TimeBudget))
     assert summary["first_step_seconds"] == round(budget.first_step_seconds, 1)
     assert budget.verbose == 1  # the budget's line instead
@@ -257,10 +257,10 @@ def test_the_summary_rounds_times_to_a_tenth_and_warns_below_100_steps_only():
 def test_the_report_draws_curves_only_where_asked_and_once_an_epoch_ended(tmp_path, capsys):
     epochs = {"loss": [2.0, 1.0], "val_loss": [2.5, 1.5]}
     jobs._report({"warning": "only 3 training steps ran"}, epochs, None)  # a worker: no file, no error
-    assert capsys.readouterr() == ("", "Warning: only 3 training steps ran.\n")
+    assert capsys.readouterr() == ("", "warning: only 3 training steps ran.\n")
     jobs._report({}, {"loss": []}, tmp_path / "none.png")
     jobs._report({"warning": "only 3 training steps ran"}, epochs, tmp_path / "curves.png")
-    assert capsys.readouterr() == ("", "Warning: only 3 training steps ran.\n")
+    assert capsys.readouterr() == ("", "warning: only 3 training steps ran.\n")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["curves.png"]
 
 

@@ -198,7 +198,7 @@ def test_a_budget_too_short_to_train_says_so_even_under_quiet(tmp_path, capsys):
     out = tmp_path / "model"
     tiny = "--d-model 16 --num-heads 2 --num-layers 1 --d-ff 32 --vocab-size 60 --max-length 8 --batch-size 16"
     assert main(f"--quiet train --data {data} --out {out} --minutes 0.001 --no-xla {tiny}".split()) == 0
-    assert re.search(r"Warning: only \d+ training steps ran in 0.001 minutes", capsys.readouterr().err)
+    assert re.search(r"warning: only \d+ training steps ran in 0.001 minutes", capsys.readouterr().err)
 
 
 def test_sigterm_saves_and_stops_training_like_ctrl_c(tmp_path):

@@ -152,7 +152,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         batch, length = ops.shape(heads)[0], ops.shape(heads)[2]
         concatenated = ops.reshape(ops.transpose(heads, (0, 2, 1, 3)), (-1, self.num_heads * self.head_dim))
         kernel = ops.reshape(ops.cast(self.output_kernel, heads.dtype), (self.num_heads * self.head_dim, self.d_model))
-        output = ops.reshape(ops.matmul(concatenated, kernel), (batch, length, self.d_model))  # (B, T, D), as _project
+        output = ops.reshape(ops.matmul(concatenated, kernel), (batch, length, self.d_model))  # (B, T, D), as project
         return output if self.output_bias is None else output + ops.cast(self.output_bias, output.dtype), weights
 
     def compute_mask(self, x, mask=None):

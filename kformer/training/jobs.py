@@ -238,7 +238,7 @@ def _report(summary, epochs, curves):
     """Prints the summary's warning (to stderr, under --quiet too: it is about the result), and draws the learning
     curves to `curves` (None: this worker writes nothing)."""
     if "warning" in summary:
-        print(f"Warning: {summary['warning']}.", file=sys.stderr, flush=True)
+        print(f"warning: {summary['warning']}.", file=sys.stderr, flush=True)
     if curves is not None and epochs.get("loss"):
         learning_curves(epochs, curves)
 
