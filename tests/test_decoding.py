@@ -372,6 +372,19 @@ def test_no_retracing_across_lengths_and_batch_sizes(trained):
     assert translator.__call__.experimental_get_tracing_count() == 1
 
 
+def test_translate_and_score_trace_each_of_their_functions_once_across_batch_sizes(trained):
+    """The functions `translate` (plain, n-best, prefixed) and `score` make on first use keep their input signatures:
+    a new batch size or length reuses the trace (a trace costs seconds)."""
+    translator = Translator(trained, beam_size=2, xla=False)
+    for texts in (["a"], ["a b c d e", "f", "g h"]):
+        translator.translate(texts)
+        translator.translate(texts, n_best=2)
+        translator.translate(texts, prefix=["a"] * len(texts))
+        translator.score(texts, texts)
+    counts = [function.experimental_get_tracing_count() for function in vars(translator._made).values()]
+    assert len(counts) >= 4 and set(counts) == {1}, counts
+
+
 @pytest.mark.slow  # 18 s: writes and reloads a SavedModel
 def test_translator_saves_as_a_savedmodel_signature(trained, tmp_path):
     translator = Translator(trained)
