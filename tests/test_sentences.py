@@ -158,6 +158,14 @@ def test_the_cli_names_each_line_whose_translation_stopped_at_the_limit(tmp_path
     assert "raise --max-output-ratio (now 1)" in err
 
 
+def test_a_sentence_of_max_length_tokens_is_read_whole_with_scores_and_one_more_refused_by_its_number():
+    translator = Translator(copy_task_model(), max_length=6)
+    exactly = " ".join("abcdef")
+    assert [text for text, _ in translator.translate(["a b", exactly], with_scores=True)] == ["a b", exactly]
+    with pytest.raises(SentenceTooLong, match=r"^sentence 2 has 7 tokens, more than max_length \(6\)"):
+        translator.translate(["a b", exactly + " g"], with_scores=True)
+
+
 @pytest.mark.slow  # 29 s: three refusals, a CLI run
 def test_a_sentence_over_the_limit_is_refused_where_it_would_be_read_whole(tmp_path, capsys):
     """n-best lists, scores and prefixes read each sentence whole: one over max_length is refused in one sentence
