@@ -188,14 +188,12 @@ def _train(args):
 
 def _evaluate(args):
     from kformer.data.pairs import read_pairs
-    from kformer.training.evaluation import evaluate
+    from kformer.training.evaluation import evaluate, plot_by_length
 
     trained = _load_translator(args.model)
     pairs = _load_pairs(args.data)["test"] if args.data == "builtin" else read_pairs(args.data)
     scores = evaluate(trained, pairs, lowercase=args.lowercase)
     if args.plot:
-        from kformer.training.evaluation import plot_by_length
-
         plot_by_length(scores["by_length"], args.plot)
     if args.json:
         print(json.dumps(scores))
@@ -662,8 +660,7 @@ def _quiet_native_stderr():
 
 
 def main(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)  # --help and usage errors answer before TensorFlow loads
+    args = build_parser().parse_args(argv)  # --help and usage errors answer before TensorFlow loads
     with _quiet_native_stderr():
         kformer.register_keras_objects()  # loads TensorFlow; a library import does this at `import kformer`
 

@@ -42,18 +42,9 @@ class _Stack(keras.layers.Layer):
         # A shared embedding (one vocabulary for both languages) belongs to the encoder; the decoder borrows it.
         self.embedding = embedding or PositionalEmbedding(vocab_size, d_model, name="embedding")
         self.embedding_dropout = Dropout(dropout)
+        block = dict(dropout=dropout, causal=causal, cross_attention=cross_attention, norm_first=norm_first)
         self.blocks = [
-            TransformerBlock(
-                d_model,
-                num_heads,
-                d_ff,
-                dropout=dropout,
-                causal=causal,
-                cross_attention=cross_attention,
-                norm_first=norm_first,
-                name=f"block_{index}",
-            )
-            for index in range(num_layers)
+            TransformerBlock(d_model, num_heads, d_ff, **block, name=f"block_{index}") for index in range(num_layers)
         ]
         # Pre-LN leaves the residual stream unnormalised after the last block.
         self.final_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm") if norm_first else None
@@ -311,14 +302,7 @@ class SharedEmbeddingTransformer(Transformer):
 
 
 def build_decoder_only(
-    vocab_size,
-    d_model=256,
-    num_heads=8,
-    num_layers=4,
-    d_ff=1024,
-    dropout=0.1,
-    norm_first=False,
-    tie_embeddings=False,
+    vocab_size, d_model=256, num_heads=8, num_layers=4, d_ff=1024, dropout=0.1, norm_first=False, tie_embeddings=False
 ):
     """The decoder-only (GPT-style) language model: masked self-attention and feed-forward blocks.
 

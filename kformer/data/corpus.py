@@ -157,13 +157,7 @@ TRANSITIVE = [
     ]
 ]
 # English preposition -> Spanish, and whether the Spanish ends in "de" (de + el = del).
-PREPOSITIONS = [
-    ("in", "en"),
-    ("on", "sobre"),
-    ("near", "cerca de"),
-    ("under", "debajo de"),
-    ("behind", "detrás de"),
-]
+PREPOSITIONS = [("in", "en"), ("on", "sobre"), ("near", "cerca de"), ("under", "debajo de"), ("behind", "detrás de")]
 # English determiner (singular, plural) -> Spanish (m, f, m plural, f plural).
 DETERMINERS = [
     (("the", "the"), ("el", "la", "los", "las")),
@@ -193,15 +187,10 @@ def _noun_phrase(rng, nouns, adjective_rate=0.5):
     english_noun = noun.english_plural if plural else noun.english
     spanish_noun = noun.spanish_plural if plural else noun.spanish
     adjective = rng.choice(ADJECTIVES) if rng.random() < adjective_rate else None
-    if adjective is None:
-        return _Phrase(f"{english_det} {english_noun}", f"{spanish_det} {spanish_noun}", noun, plural, None)
-    return _Phrase(
-        f"{english_det} {adjective.english} {english_noun}",
-        f"{spanish_det} {spanish_noun} {adjective.agree(noun, plural)}",
-        noun,
-        plural,
-        adjective,
-    )
+    if adjective is not None:
+        english_noun = f"{adjective.english} {english_noun}"
+        spanish_noun = f"{spanish_noun} {adjective.agree(noun, plural)}"
+    return _Phrase(f"{english_det} {english_noun}", f"{spanish_det} {spanish_noun}", noun, plural, adjective)
 
 
 def _after(spanish_word, phrase):
@@ -293,8 +282,7 @@ def builtin_splits(seed=0, train_size=20_000, valid_size=500, test_size=1_000, h
         if english in seen:
             continue
         seen.add(english)
-        novel = _holds_held_out(phrases, held_out)
-        if novel:
+        if _holds_held_out(phrases, held_out):
             name = "test"
         else:
             name = "valid" if len(splits["valid"]) < valid_size and rng.random() < 0.05 else "train"
@@ -327,9 +315,7 @@ def role_swap_pairs(count=200, seed=0, exclude=()):
     pairs = []
     while len(pairs) < 2 * count:
         first, second = _noun_phrase(rng, ANIMATE), _noun_phrase(rng, ANIMATE)
-        if first.plural != second.plural or first.noun == second.noun:
-            continue
-        if _holds_held_out((first, second), held_out):
+        if first.plural != second.plural or first.noun == second.noun or _holds_held_out((first, second), held_out):
             continue
         english_verb, spanish_verb = _verb(rng.choice(TRANSITIVE), first)
         twins = [
@@ -373,9 +359,7 @@ def agreement_pairs(count=200, seed=0, exclude=(), past=False):
     sentences = []
     while len(sentences) < count:
         subject, inner = _noun_phrase(rng, ANIMATE), _noun_phrase(rng, ANIMATE)
-        if subject.plural == inner.plural:
-            continue
-        if _holds_held_out((subject, inner), held_out):
+        if subject.plural == inner.plural or _holds_held_out((subject, inner), held_out):
             continue
         inner_english, inner_spanish = _verb(rng.choice(TRANSITIVE), inner, past)
         verb = rng.choice(INTRANSITIVE)

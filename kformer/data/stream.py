@@ -143,8 +143,7 @@ class Mixture(TrainingStream):
 
     @property
     def error(self):
-        errors = [part.error for part in self.parts if part.error]
-        return errors[0] if errors else None
+        return next((part.error for part in self.parts if part.error), None)
 
     def share(self, index, count):
         """Worker `index` of `count`'s share of every part (see each part's `share`), with the same weights."""

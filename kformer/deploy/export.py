@@ -60,12 +60,10 @@ class ExportError(ValueError):
 
 
 def _check_request(formats, quantize, out):
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise ExportError(f"unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)}.")
-    unknown = [q for q in quantize if q not in QUANTIZATIONS]
-    if unknown:
-        raise ExportError(f"unknown quantization {unknown[0]!r}; choose from {', '.join(QUANTIZATIONS)}.")
+    for kind, given, known in (("format", formats, FORMATS), ("quantization", quantize, QUANTIZATIONS)):
+        unknown = [value for value in given if value not in known]
+        if unknown:
+            raise ExportError(f"unknown {kind} {unknown[0]!r}; choose from {', '.join(known)}.")
     for format_name in formats:
         missing = [package for package in NEEDS.get(format_name, ()) if importlib.util.find_spec(package) is None]
         if missing:
@@ -136,9 +134,8 @@ class _Endpoints(tf.Module):
         functions = {name: tf.function(f, input_signature=ids) for name, f in task.id_functions(runner).items()}
         self.serve_ids = functions.pop(runner.ids_name)
         self.serve_more = functions
-        model_inputs = [
-            tf.TensorSpec(x.shape, x.dtype, name=x.name) for x in self.model.inputs
-        ]  # (encoder_tokens,) decoder_tokens
+        # (encoder_tokens,) decoder_tokens
+        model_inputs = [tf.TensorSpec(x.shape, x.dtype, name=x.name) for x in self.model.inputs]
         self.forward = tf.function(
             lambda *tokens: {"logits": self.model(list(tokens) if len(tokens) > 1 else tokens[0], training=False)},
             input_signature=model_inputs,
@@ -385,12 +382,9 @@ def export(
             print(message, flush=True)
 
     try:
-        for tokenizer, file_name in (
-            (trained.source_tokenizer, "source_vocab.txt"),
-            (trained.target_tokenizer, "target_vocab.txt"),
-        ):
+        for tokenizer, side in ((trained.source_tokenizer, "source"), (trained.target_tokenizer, "target")):
             if tokenizer is not None:  # a language model has no source side
-                tokenizer.save(staging / file_name)
+                tokenizer.save(staging / f"{side}_vocab.txt")
         job = _Job(trained, staging, endpoints, converted, quantize, name, version, say)
         for format_name, reason in skipped.items():
             say(f"Skipping {format_name}: {reason}.")

@@ -380,12 +380,7 @@ def beam_search(
         ended = tf.equal(next_token, END_ID) & (top_scores > _NEG_INF / 2)  # a dead beam's [END] is not a hypothesis
         # The finished hypotheses: the best beam_size of those kept and those ending now (kept ones first at a tie).
         ranking = tf.where(ended, length_normalized(top_scores, t + 1, length_penalty), _NEG_INF)
-        pooled = (
-            tf.concat([finished[0], grown], axis=1),
-            tf.concat([finished[1], ranking], axis=1),
-            tf.concat([finished[2], top_scores], axis=1),
-            tf.concat([finished[3], ended], axis=1),
-        )
+        pooled = [tf.concat(pair, axis=1) for pair in zip(finished, (grown, ranking, top_scores, ended), strict=True)]
         _, best = tf.math.top_k(pooled[1], k=beam_size)  # (B, beam)
         finished = tuple(tf.gather(x, best, batch_dims=1) for x in pooled)
         # The live beams: the best beam_size that did not end.

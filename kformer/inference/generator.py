@@ -44,15 +44,7 @@ class Generator(tf.Module):
     text_output = "continuations"  # what its texts come out as
 
     def __init__(
-        self,
-        model,
-        max_new_tokens=50,
-        temperature=0.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
-        stop_token=END,
-        use_cache=True,
+        self, model, max_new_tokens=50, temperature=0.0, top_k=0, top_p=1.0, seed=0, stop_token=END, use_cache=True
     ):
         super().__init__(name="generator")
         trained = load(model) if isinstance(model, (str, Path)) else model

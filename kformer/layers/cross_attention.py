@@ -58,8 +58,6 @@ class CrossAttention(MultiHeadAttentionBase):
             context_padding_mask = context_mask
         if (context is None) == (cache is None):
             raise ValueError(f"{self.name}: pass exactly one of `context` and `cache` (the context's keys and values).")
-        attention_mask = None
-        if context_padding_mask is not None:
-            attention_mask = key_padding_mask(context_padding_mask)  # (B, 1, S)
+        attention_mask = None if context_padding_mask is None else key_padding_mask(context_padding_mask)  # (B, 1, S)
         output, weights, _ = self._attend(x, context, attention_mask, training, cache)
         return (output, weights) if return_attention_scores else output

@@ -62,9 +62,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
     def _projection(self, name, in_shape, out_shape):
         in_shape = in_shape if isinstance(in_shape, tuple) else (in_shape,)
         kernel = self.add_weight(name=f"{name}_kernel", shape=in_shape + out_shape, initializer="glorot_uniform")
-        bias = None
-        if self.use_bias:
-            bias = self.add_weight(name=f"{name}_bias", shape=out_shape, initializer="zeros")
+        bias = self.add_weight(name=f"{name}_bias", shape=out_shape, initializer="zeros") if self.use_bias else None
         return kernel, bias
 
     def project(self, x, *names, fused=False):
@@ -143,11 +141,7 @@ class MultiHeadAttentionBase(keras.layers.Layer):
         if attention_mask is not None:
             attention_mask = ops.expand_dims(attention_mask, 1)  # (B, 1, T, S): every head
         heads, weights = scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=lambda w: self.attention_dropout(w, training=training),
+            query, key, value, attention_mask, dropout=lambda w: self.attention_dropout(w, training=training)
         )  # (B, H, T, K), (B, H, T, S)
         batch, length = ops.shape(heads)[0], ops.shape(heads)[2]
         concatenated = ops.reshape(ops.transpose(heads, (0, 2, 1, 3)), (-1, self.num_heads * self.head_dim))

@@ -71,8 +71,7 @@ class MultiHeadSelfAttention(MultiHeadAttentionBase):
             raise ValueError(
                 f"{self.name}: pass `cache` and `cache_index` together (where the keys and values of x go), or neither."
             )
-        if padding_mask is None:
-            padding_mask = mask
+        padding_mask = mask if padding_mask is None else padding_mask
         attention_mask = combine_masks(
             None if padding_mask is None else key_padding_mask(padding_mask),  # (B, 1, T)
             make_causal_mask(keras.ops.shape(x)[1]) if self.causal else None,  # (1, T, T)

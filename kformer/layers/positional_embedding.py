@@ -91,9 +91,7 @@ class PositionalEmbedding(keras.layers.Layer):
         return embedded + ops.cast(encoding, embedded.dtype)
 
     def compute_mask(self, token_ids, mask=None, start_position=0):
-        if not self.mask_zero:
-            return None
-        return ops.not_equal(token_ids, 0)
+        return ops.not_equal(token_ids, 0) if self.mask_zero else None
 
     def get_config(self):
         config = super().get_config()

@@ -142,8 +142,7 @@ class TransformerBlock(keras.layers.Layer):
                 f"{self.name}: pass `context` exactly when cross_attention=True "
                 f"(cross_attention={self.cross_attention}, context given: {has_context})."
             )
-        if padding_mask is None:
-            padding_mask = mask
+        padding_mask = mask if padding_mask is None else padding_mask
         scores = {}
 
         def self_attention(h):

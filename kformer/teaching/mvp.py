@@ -216,14 +216,13 @@ def build_mvp(
         raise ValueError(f"attention is for stage 0, the GRU; stages 1-8 have their own. Got stage={stage!r}.")
     if stage not in STAGES:
         raise ValueError(f"stage must be one of 0-8, got stage={stage!r}.")
+    d_ff = d_ff or 4 * d_model
     if parts is not None:
         if stage != 7 or not set(parts) <= set(STAGE_7_PARTS):
             raise ValueError(
                 f"parts is for stage 7 and takes any of {STAGE_7_PARTS}, got stage={stage!r}, parts={parts!r}."
             )
-        return _single_layer_seq2seq(
-            6, source_vocab_size, target_vocab_size, d_model, num_heads, parts, d_ff or 4 * d_model
-        )
+        return _single_layer_seq2seq(6, source_vocab_size, target_vocab_size, d_model, num_heads, parts, d_ff)
     if stage <= 3:
         return _first_word_model(stage, source_vocab_size, target_vocab_size, d_model)
     if stage <= 6:
@@ -234,7 +233,7 @@ def build_mvp(
         d_model=d_model,
         num_heads=num_heads,
         num_layers=1 if stage == 7 else num_layers,
-        d_ff=d_ff or 4 * d_model,
+        d_ff=d_ff,
         dropout=dropout,
     )
 
@@ -349,8 +348,7 @@ def train_stage(
     data = stage_dataset(
         model, train_pairs, source_tokenizer, target_tokenizer, batch_size=batch_size, max_length=max_length
     )
-    history = model.fit(data, epochs=epochs, verbose=0, shuffle=False).history
-    return model, history
+    return model, model.fit(data, epochs=epochs, verbose=0, shuffle=False).history
 
 
 def _both_right(right, first_of_pairs):

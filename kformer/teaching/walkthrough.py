@@ -116,15 +116,11 @@ def black_cat_report():
     """Seed 003's "the black cat sleeps": averaging, plain and projected attention."""
     plain = plain_attention(CAT_EMBEDDINGS)
     seed = seed_attention(CAT_W_Q, CAT_W_K, CAT_W_V, CAT_EMBEDDINGS)
+    average = [averaged_context(CAT_EMBEDDINGS)]
     return "\n\n".join(
         [
             'Seed 003: "the black cat sleeps", 3-dimensional embeddings',
-            _table(
-                "Part 1: the averaged context vector (same for any word order)",
-                ["average"],
-                [averaged_context(CAT_EMBEDDINGS)],
-                2,
-            ),
+            _table("Part 1: the averaged context vector (same for any word order)", ["average"], average, 2),
             _table("Part 2: scores e_i . e_j", CAT_TOKENS, plain["scores"], 2),
             _table("Part 2: weights = softmax(scores)", CAT_TOKENS, plain["weights"], 2),
             _table("Part 2: z = weights E", CAT_TOKENS, plain["z"], 2),

@@ -91,8 +91,7 @@ class TimeBudget(keras.callbacks.Callback):
         if epoch_done is not None:
             line = f"{line}  (epoch {epoch_done} done)"
         if self.verbose == 1:  # a terminal: one line redrawn, kept at each epoch's end and at the end
-            end = "\n" if epoch_done is not None else ""
-            print(f"\r{line}\x1b[K", end=end, flush=True)
+            print(f"\r{line}\x1b[K", end="\n" if epoch_done is not None else "", flush=True)
         else:
             print(line, flush=True)
 
@@ -337,9 +336,7 @@ class Backup(keras.callbacks.Callback):
 
     def saved_step(self):
         """The step of the copy on disk (0: none yet)."""
-        if not self._state_path.is_file():
-            return 0
-        return json.loads(self._state_path.read_text())["step"]
+        return json.loads(self._state_path.read_text())["step"] if self._state_path.is_file() else 0
 
     def save(self, epoch):
         """Writes the copy, unless a weight is not finite (then the last good copy stays), where it `write`s."""

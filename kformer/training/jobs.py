@@ -250,17 +250,15 @@ def _training_data(pairs, source, target, config):
     A share's batches hold the per-replica part of `config.batch_size` (or of `batch_tokens`).
     """
 
-    shuffle = dict(shuffle_buffer=config.shuffle_buffer)
-
     def share(context):
-        count, index = context.num_input_pipelines, context.input_pipeline_id
-        batches = dict(
+        settings = dict(
             batch_size=max(1, config.batch_size // context.num_replicas_in_sync),
             batch_tokens=config.batch_tokens and max(1, config.batch_tokens // context.num_replicas_in_sync),
             max_length=config.max_length,
+            shuffle_buffer=config.shuffle_buffer,
         )
-        mine = pairs.share(index, count)
-        return make_dataset(mine, source, target, repeat=True, seed=config.seed, **batches, **shuffle)
+        mine = pairs.share(context.input_pipeline_id, context.num_input_pipelines)
+        return make_dataset(mine, source, target, repeat=True, seed=config.seed, **settings)
 
     return share
 

@@ -102,11 +102,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0
-        return (
-            self.scale
-            * self.d_model**-0.5
-            * ops.minimum(ops.rsqrt(step), step * ops.cast(self.warmup_steps, "float32") ** -1.5)
-        )
+        warmup = ops.cast(self.warmup_steps, "float32")
+        return self.scale * self.d_model**-0.5 * ops.minimum(ops.rsqrt(step), step * warmup**-1.5)
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
@@ -167,13 +164,7 @@ def make_optimizer(schedule, clipnorm=None, ema=None):
             model when it ends.
     """
     return keras.optimizers.Adam(
-        schedule,
-        beta_1=0.9,
-        beta_2=0.98,
-        epsilon=1e-9,
-        clipnorm=clipnorm,
-        use_ema=bool(ema),
-        ema_momentum=ema or 0.99,
+        schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=clipnorm, use_ema=bool(ema), ema_momentum=ema or 0.99
     )
 
 
