@@ -209,9 +209,7 @@ def _object(rng):
 def _verb(verb, subject, past=False):
     if past:
         return verb.english_past, verb.spanish_past_plural if subject.plural else verb.spanish_past
-    if subject.plural:
-        return verb.english_plural, verb.spanish_plural
-    return verb.english, verb.spanish
+    return (verb.english_plural, verb.spanish_plural) if subject.plural else (verb.english, verb.spanish)
 
 
 def _sentence(rng, harder=False):

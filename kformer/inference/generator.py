@@ -82,6 +82,4 @@ class Generator(tf.Module):
     def generate(self, prompts):
         """Python strings in, continuations (Python strings) out, one for each."""
         prompts = utf8_batch(prompts)
-        if not prompts:
-            return []
-        return [text.decode("utf-8") for text in self(tf.constant(prompts, tf.string)).numpy()]
+        return [text.decode("utf-8") for text in self(tf.constant(prompts, tf.string)).numpy()] if prompts else []

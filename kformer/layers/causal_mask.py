@@ -41,9 +41,7 @@ class CausalMask(keras.layers.Layer):
 
     def call(self, x, mask=None):
         causal = make_causal_mask(keras.ops.shape(x)[1])  # (1, T, T)
-        if mask is None:
-            return causal
-        return combine_masks(causal, key_padding_mask(mask))  # (B, T, T)
+        return causal if mask is None else combine_masks(causal, key_padding_mask(mask))  # (B, T, T)
 
     def compute_mask(self, x, mask=None):
         return None
