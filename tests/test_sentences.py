@@ -131,6 +131,7 @@ def test_outputs_are_limited_by_their_sources_length_and_a_stop_there_is_reporte
     with pytest.warns(OutputLimitWarning, match=r"2 translation\(s\) stopped at the output limit") as said:
         translator.translate(["a b", "", "c"])
     assert said[0].message.lines == [0, 2]  # the empty line ends at once
+    assert said[0].filename == __file__  # the warning points at the caller's line, not kformer's
     with pytest.warns(OutputLimitWarning) as said:
         translator.translate(["a b", "", "c"], batch_size=1)  # a batch each: every batch's lines named
     assert said[0].message.lines == [0, 2]

@@ -110,6 +110,7 @@ def test_n_best_lists_are_distinct_best_first_and_begin_with_the_plain_translati
                 assert score == pytest.approx(expected, rel=1e-4, abs=1e-4)
     texts = translator.translate(SOURCES, n_best=4)
     assert texts == [[text for text, _ in found] for found in lists] and texts[0] != [plain[0]] * 4
+    assert translator.translate(SOURCES, n_best=2) == [found[:2] for found in texts]  # a list of two, not one
 
 
 @pytest.mark.slow
