@@ -23,8 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def scratch_copy(module, tests, folder):
-    """The committed tree in `folder`, its [mutmut] section narrowed to `module` and `tests`."""
+def scratch_copy(module, tests, folder, slow=False):
+    """The committed tree in `folder`, its [mutmut] section narrowed to `module` and `tests`; with `slow`, its
+    pytest `addopts` no longer leave out the tests marked slow (a mutant only a slow test reaches)."""
     archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD"], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     config = configparser.ConfigParser(interpolation=None)
@@ -34,6 +35,8 @@ def scratch_copy(module, tests, folder):
     deselected = [line for line in section["pytest_add_cli_args_test_selection"].split() if line.startswith("--")]
     section["only_mutate"] = "\n" + module
     section["pytest_add_cli_args_test_selection"] = "\n" + "\n".join([*tests, *deselected])
+    if slow:
+        config["tool:pytest"]["addopts"] = config["tool:pytest"]["addopts"].replace('-m "not slow"', "").strip()
     with open(folder / "setup.cfg", "w") as file:
         config.write(file)
 
@@ -43,6 +46,7 @@ def main(argv=None):
     parser.add_argument("module", help="the file to mutate, as setup.cfg's only_mutate names it: kformer/data/text.py")
     parser.add_argument("tests", nargs="+", help="the test files or test ids to kill its mutants with")
     parser.add_argument("--max-children", type=int, default=2)
+    parser.add_argument("--slow", action="store_true", help="run the tests marked slow too, when named in TESTS")
     parser.add_argument("--keep", action="store_true", help="leave the scratch copy (its mutants/ for `mutmut show`)")
     args = parser.parse_args(argv)
     if not (REPO / args.module).is_file():
@@ -50,7 +54,7 @@ def main(argv=None):
     if shutil.which("mutmut") is None:
         parser.error("mutmut is not installed: pip install mutmut==3.8.1 (the version tox -e mutation pins).")
     folder = Path(tempfile.mkdtemp(prefix="kformer-mutate-"))
-    scratch_copy(args.module, args.tests, folder)
+    scratch_copy(args.module, args.tests, folder, args.slow)
     print(f"mutating {args.module} against {' '.join(args.tests)} in {folder}", flush=True)
     run = subprocess.run(["mutmut", "run", "--max-children", str(args.max_children)], cwd=folder)
     subprocess.run(["mutmut", "export-cicd-stats"], cwd=folder, check=True, capture_output=True)
