@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import VOCAB, copy_task_model, hesitant_model, numpy_log_softmax, to_numpy
+from conftest import VOCAB, copy_task_model, hesitant_model, model_logits, numpy_log_softmax, to_numpy
 
 from kformer import Translator
 from kformer.cli import main
@@ -35,7 +35,7 @@ def numpy_log_probs(trained, source, target_ids):
     """log p(target_ids + [END] | source), token by token, from NumPy's log-softmax of the model's logits."""
     encoder = trained.source_tokenizer.tokenize([source]).to_tensor().numpy()
     decoder = np.array([[START_ID, *target_ids]], "int32")
-    log_softmax = numpy_log_softmax(to_numpy(trained.model([encoder, decoder], training=False))[0])  # (T + 1, V)
+    log_softmax = numpy_log_softmax(model_logits(trained.model, encoder, decoder)[0])  # (T + 1, V)
     return log_softmax[np.arange(len(target_ids) + 1), [*target_ids, END_ID]]
 
 
@@ -239,7 +239,7 @@ def numpy_greedy_after(trained, source, prefix_ids, max_length):
     encoder = trained.source_tokenizer.tokenize([source]).to_tensor().numpy()
     tokens = list(prefix_ids)
     while len(tokens) < max_length and (not tokens or tokens[-1] != END_ID):
-        logits = to_numpy(trained.model([encoder, np.array([[START_ID, *tokens]], "int32")], training=False))
+        logits = model_logits(trained.model, encoder, [[START_ID, *tokens]])
         logits[0, -1, [PAD_ID, START_ID]] = -np.inf
         tokens.append(int(logits[0, -1].argmax()))
     return tokens
@@ -261,7 +261,7 @@ def test_a_forced_prefix_starts_each_translation_and_the_search_goes_on_from_it(
         assert text.startswith(prefix)
         # The prefix's tokens count in the score: NumPy's log-probability of the whole output, prefix and all.
         encoder = hesitant.source_tokenizer.tokenize([source]).to_tensor().numpy()
-        logits = to_numpy(hesitant.model([encoder, np.array([[START_ID, *expected[:-1]]], "int32")]))[0]
+        logits = model_logits(hesitant.model, encoder, [[START_ID, *expected[:-1]]])[0]
         log_softmax = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
         log_softmax -= logits.max(-1, keepdims=True)
         log_prob = log_softmax[np.arange(len(expected)), expected].sum()
@@ -346,7 +346,7 @@ def numpy_greedy_without_repeats(trained, source, n, max_length):
     encoder = trained.source_tokenizer.tokenize([source]).to_tensor().numpy()
     tokens = []
     while len(tokens) < max_length and (not tokens or tokens[-1] != END_ID):
-        logits = to_numpy(trained.model([encoder, np.array([[START_ID, *tokens]], "int32")], training=False))[0, -1]
+        logits = model_logits(trained.model, encoder, [[START_ID, *tokens]])[0, -1]
         tail = tuple(tokens[len(tokens) - n + 1 :]) if len(tokens) >= n - 1 else None
         starts = range(len(tokens) - n + 1) if tail is not None else []
         banned = {tokens[i + n - 1] for i in starts if tuple(tokens[i : i + n - 1]) == tail}
