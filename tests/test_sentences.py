@@ -143,6 +143,20 @@ def test_outputs_are_limited_by_their_sources_length_and_a_stop_there_is_reporte
         assert said[0].message.lines == [0, 2]
 
 
+def test_a_row_is_stopped_by_its_own_end_not_by_another_rows_in_its_batch():
+    """The rule behind the warning, on a batch no trained model gives easily: one row ends, one is cut at the limit
+    (every output of the never-ending model above is cut; the copy task's all end)."""
+    output = tf.constant([[5, END_ID, PAD_ID], [5, 6, 7], [PAD_ID] * 3, [6, 6, END_ID]])
+    stopped = Translator._stopped(output, source_lengths=tf.constant([2, 3, 0, 2]))
+    assert stopped.numpy().tolist() == [False, True, False, False]  # the empty source's row has no [END]: not cut
+
+
+def test_texts_are_batched_with_those_of_about_their_length():
+    """Fewer [PAD] columns a batch: the outputs are the same in any batching (test_decoding), the time is not."""
+    texts = ["a b c d", "a", "a b c d e f", "a b", "a b c"]
+    assert Translator._batches(texts, 2) == [[1, 3], [4, 0], [2]]
+
+
 def test_the_output_limit_warning_names_the_first_ten_lines_and_the_settings_to_raise():
     translator = SimpleNamespace(max_output_ratio=1.5, max_length=12)
     said = str(OutputLimitWarning(list(range(3, 14)), translator))
