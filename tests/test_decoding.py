@@ -376,12 +376,15 @@ def test_translate_and_score_trace_each_of_their_functions_once_across_batch_siz
     """The functions `translate` (plain, n-best, prefixed) and `score` make on first use keep their input signatures:
     a new batch size or length reuses the trace (a trace costs seconds)."""
     translator = Translator(trained, beam_size=2, xla=False)
+    made = None
     for texts in (["a"], ["a b c d e", "f", "g h"]):
         translator.translate(texts)
         translator.translate(texts, n_best=2)
         translator.translate(texts, prefix=["a"] * len(texts))
         translator.score(texts, texts)
-    counts = [function.experimental_get_tracing_count() for function in vars(translator._made).values()]
+        made = made or dict(vars(translator._made))  # the functions the first batch made
+    assert vars(translator._made) == made  # kept and used again, not made anew (each new one traces afresh)
+    counts = [function.experimental_get_tracing_count() for function in made.values()]
     assert len(counts) >= 4 and set(counts) == {1}, counts
 
 
