@@ -261,9 +261,7 @@ def test_a_forced_prefix_starts_each_translation_and_the_search_goes_on_from_it(
         assert text.startswith(prefix)
         # The prefix's tokens count in the score: NumPy's log-probability of the whole output, prefix and all.
         encoder = hesitant.source_tokenizer.tokenize([source]).to_tensor().numpy()
-        logits = model_logits(hesitant.model, encoder, [[START_ID, *expected[:-1]]])[0]
-        log_softmax = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
-        log_softmax -= logits.max(-1, keepdims=True)
+        log_softmax = numpy_log_softmax(model_logits(hesitant.model, encoder, [[START_ID, *expected[:-1]]])[0])
         log_prob = log_softmax[np.arange(len(expected)), expected].sum()
         assert score == pytest.approx(gnmt(log_prob, len(expected), translator.length_penalty), rel=1e-4)
 
