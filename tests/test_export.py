@@ -30,11 +30,20 @@ def trained():
 
 @pytest.fixture(scope="module")
 def exported(trained, tmp_path_factory):
-    """`kformer export` with its default formats (all four) and both quantizations: (out, manifest)."""
+    """`kformer export` with its default formats (all four) and both quantizations: (out, manifest).
+
+    Its --out is an empty folder of mode 0700, which the export takes, and the umask is 022 as it runs
+    (test_the_export_gets_the_users_normal_permissions_and_takes_an_empty_out).
+    """
     model = tmp_path_factory.mktemp("model") / "copy"
     trained.save(model)
     out = tmp_path_factory.mktemp("export") / "deploy"
-    assert main(["--quiet", "export", "--model", str(model), "--out", str(out), "--quantize", "float16,int8"]) == 0
+    out.mkdir(mode=0o700)
+    previous = os.umask(0o022)
+    try:
+        assert main(["--quiet", "export", "--model", str(model), "--out", str(out), "--quantize", "float16,int8"]) == 0
+    finally:
+        os.umask(previous)
     return out, json.loads((out / "manifest.json").read_text())
 
 
@@ -442,14 +451,20 @@ def test_unwritable_or_occupied_destinations(trained, tmp_path, monkeypatch):
 
 
 def test_a_failed_export_leaves_nothing_that_looks_complete(trained, tmp_path, monkeypatch):
+    """A format written whole (CTranslate2's, the quickest to write), then the next one's converter fails."""
     import kformer.deploy.export
 
-    def broken(*args):
+    written = []
+
+    def broken(job):
+        written.extend(path.name for path in job.staging.iterdir())
+        (job.staging / "onnx").mkdir()
         raise ExportError("ONNX conversion of translate_ids failed: simulated")
 
-    monkeypatch.setattr(kformer.deploy.export, "_onnx", broken)
+    monkeypatch.setitem(kformer.deploy.export.WRITERS, "onnx", broken)
     with pytest.raises(ExportError, match="simulated"):
-        export(trained, tmp_path / "out", formats=("saved_model", "onnx"), verbose=False)
+        export(trained, tmp_path / "out", formats=("ctranslate2", "onnx"), verbose=False)
+    assert "ctranslate2" in written
     assert list(tmp_path.iterdir()) == []
 
 
@@ -484,18 +499,19 @@ def test_a_staging_folder_that_cannot_be_made_is_named_by_the_out_the_user_gave(
 def test_an_export_killed_halfway_leaves_a_staging_folder_that_the_next_export_clears(trained, tmp_path, monkeypatch):
     import kformer.deploy.export
 
-    def killed(*args):  # as SIGKILL would: the export stops and its own cleanup never runs
+    def killed(job):  # as SIGKILL would: the export stops and its own cleanup never runs
         monkeypatch.setattr(kformer.deploy.export.shutil, "rmtree", lambda *args, **kwargs: None)
         raise ExportError("simulated kill")
 
-    monkeypatch.setattr(kformer.deploy.export, "_onnx", killed)
+    monkeypatch.setitem(kformer.deploy.export.WRITERS, "onnx", killed)
     with pytest.raises(ExportError, match="simulated kill"):
-        export(trained, tmp_path / "out", formats=("saved_model", "onnx"), verbose=False)
-    assert [p.name.startswith(".out.partial-") for p in tmp_path.iterdir()] == [True]
+        export(trained, tmp_path / "out", formats=("ctranslate2", "onnx"), verbose=False)
+    (staging,) = tmp_path.iterdir()
+    assert staging.name.startswith(".out.partial-") and (staging / "ctranslate2" / "model.bin").is_file()
     monkeypatch.undo()
 
     (tmp_path / ".other.partial-x").mkdir()  # another destination's staging folder is not this export's business
-    export(trained, tmp_path / "out", formats=("saved_model",), verbose=False)
+    export(trained, tmp_path / "out", formats=("ctranslate2",), verbose=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.partial-x", "out"]
 
 
@@ -523,15 +539,10 @@ def test_the_clients_read_reserved_tokens_and_spacing_rules_from_the_manifest(ex
         assert client.space(joined) == expected.numpy().decode(), joined
 
 
-def test_the_export_gets_the_users_normal_permissions_and_takes_an_empty_out(trained, tmp_path):
-    (tmp_path / "out").mkdir(mode=0o700)  # an empty --out is taken: the export replaces it
-    previous = os.umask(0o022)
-    try:
-        export(trained, tmp_path / "out", formats=("saved_model",), verbose=False)
-    finally:
-        os.umask(previous)
-    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755  # not mkdtemp's 0700
-    for path in (tmp_path / "out").rglob("*"):
+def test_the_export_gets_the_users_normal_permissions_and_takes_an_empty_out(exported):
+    out, _ = exported  # an empty 0700 --out, taken under umask 022: every format's files
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # not mkdtemp's 0700, nor the 0700 --out it replaced
+    for path in out.rglob("*"):
         assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, path  # readable by group and others
 
 
