@@ -181,8 +181,8 @@ def _train(args):
     if not is_chief(config):  # a multi-worker cluster's other workers: the chief scores and saves
         print(f"Done: this worker's part of the training; the chief saves the model directory to {args.out}/.")
         return
-    if splits.get("test"):
-        _print_scores("test split", evaluate(trained, splits["test"]))
+    if splits.get("test"):  # under --no-xla, decoded without XLA too
+        _print_scores("test split", evaluate(trained, splits["test"], xla=config.jit_compile is not False))
     print(f"Saved the model directory to {args.out}/.")
 
 
@@ -399,7 +399,8 @@ def _add_training_flags(parser):
         dest="jit_compile",
         action="store_const",
         const=False,
-        help="train without XLA (the default under --mixed-precision on a CPU, where it is faster)",
+        help="train, and translate the test split after, without XLA (training's default under "
+        "--mixed-precision on a CPU, where it is faster)",
     )
 
 

@@ -476,7 +476,7 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
     splits = builtin_splits()
     [((given, given_out, config, verbose, overwrite), _)] = trainings
     assert (given, given_out, config.batch_size, verbose, overwrite) == (splits, str(out), 8, 0, False)
-    assert evaluations == [((trained, splits["test"]), {})]
+    assert evaluations == [((trained, splits["test"]), {"xla": True})]
     assert capsys.readouterr().out == (
         "test split: BLEU 30.0  chrF 50.0  exact match 1.0%  (2,000 sentences, 2 s)\n"
         "  source words  sentences   BLEU   chrF  length (words, output over reference)\n"
@@ -484,9 +484,10 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
         "           11-      1,400   28.0   48.2    1.02\n"
         f"Saved the model directory to {out}/.\n"
     )
-    del by_length[1:]  # one length bucket: no table
-    assert main(["--quiet", "train", "--data", "builtin", "--out", str(out)]) == 0
+    del by_length[1:]  # one length bucket: no table; --no-xla: the test split decoded without XLA too
+    assert main(["--quiet", "train", "--data", "builtin", "--out", str(out), "--no-xla"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == f"Saved the model directory to {out}/."
+    assert evaluations[1] == ((trained, splits["test"]), {"xla": False})
     cluster = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}
     monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
     for task, saved in (("translate", "model directory"), ("lm", "language model")):

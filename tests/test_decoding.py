@@ -510,16 +510,30 @@ def test_fixed_buffer_steps_equal_the_full_decoder(random_model):
     assert_steps_equal_the_full_decoder(random_model, buffer_length=9, seed=2)
 
 
-def test_evaluate_gives_sacrebleus_scores_of_the_greedy_translations(trained):
-    """`kformer evaluate`'s numbers, recomputed with sacreBLEU itself on the copy task's translations."""
+def test_evaluate_gives_sacrebleus_scores_of_the_greedy_translations(trained, monkeypatch):
+    """`kformer evaluate`'s numbers, recomputed with sacreBLEU itself on the copy task's translations; and the
+    same numbers from a Translator without XLA when asked (`kformer train --no-xla`'s end-of-run scores)."""
     import sacrebleu
 
+    import kformer.training.evaluation
     from kformer import evaluate
 
     rng = np.random.default_rng(5)
     sources = [" ".join(rng.choice(list("abcdefghijkl"), size=rng.integers(3, 8))) for _ in range(24)]
     references = [source if i % 2 else " ".join(source.split()[::-1]) for i, source in enumerate(sources)]
-    scores = evaluate(trained, list(zip(sources, references, strict=True)))
+    pairs = list(zip(sources, references, strict=True))
+    scores = evaluate(trained, pairs)
+    made = []
+
+    def translator(*args, **kwargs):
+        made.append(Translator(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(kformer.training.evaluation, "Translator", translator)
+    plain = evaluate(trained, pairs, xla=False)
+    assert [translator.xla for translator in made] == [False]
+    for name in ("bleu", "chrf", "exact_match"):
+        assert plain[name] == scores[name], name
     hypotheses = Translator(trained).translate(sources)
     assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.006)
     assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score, abs=0.006)

@@ -96,8 +96,8 @@ def perplexity(model, tokenizer, lines, max_length, batch_size=64):
     return math.exp(min(total / tokens, 50.0))  # an untrained model's does not overflow
 
 
-def evaluate(trained, pairs, batch_size=64, lowercase=False):
-    """Translates each source of `pairs` greedily and scores against its target.
+def evaluate(trained, pairs, batch_size=64, lowercase=False, xla=True):
+    """Translates each source of `pairs` greedily (under XLA unless `xla=False`) and scores against its target.
 
     Returns:
         {"bleu", "chrf", "exact_match" (percent), "n", "seconds", "by_length" (`by_length`'s rows)}.
@@ -109,7 +109,7 @@ def evaluate(trained, pairs, batch_size=64, lowercase=False):
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     with warnings.catch_warnings():  # an output that stops at the limit scores as it is; the scores tell
         warnings.simplefilter("ignore", OutputLimitWarning)
-        hypotheses = Translator(trained).translate(sources, batch_size=batch_size)
+        hypotheses = Translator(trained, xla=xla).translate(sources, batch_size=batch_size)
     result = score(hypotheses, references, lowercase=lowercase)
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["by_length"] = by_length(sources, hypotheses, references, lowercase)
