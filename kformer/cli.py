@@ -181,7 +181,7 @@ def _train(args):
     if not is_chief(config):  # a multi-worker cluster's other workers: the chief scores and saves
         print(f"Done: this worker's part of the training; the chief saves the model directory to {args.out}/.")
         return
-    if splits.get("test"):  # under --no-xla, decoded without XLA too
+    if splits.get("test"):
         _print_scores("test split", evaluate(trained, splits["test"], xla=config.jit_compile is not False))
     print(f"Saved the model directory to {args.out}/.")
 

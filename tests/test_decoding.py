@@ -522,16 +522,15 @@ def test_evaluate_gives_sacrebleus_scores_of_the_greedy_translations(trained, mo
     sources = [" ".join(rng.choice(list("abcdefghijkl"), size=rng.integers(3, 8))) for _ in range(24)]
     references = [source if i % 2 else " ".join(source.split()[::-1]) for i, source in enumerate(sources)]
     pairs = list(zip(sources, references, strict=True))
-    scores = evaluate(trained, pairs)
     made = []
 
-    def translator(*args, **kwargs):
+    def spy(*args, **kwargs):
         made.append(Translator(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(kformer.training.evaluation, "Translator", translator)
-    plain = evaluate(trained, pairs, xla=False)
-    assert [translator.xla for translator in made] == [False]
+    monkeypatch.setattr(kformer.training.evaluation, "Translator", spy)
+    scores, plain = evaluate(trained, pairs), evaluate(trained, pairs, xla=False)
+    assert [translator.xla for translator in made] == [True, False]
     for name in ("bleu", "chrf", "exact_match"):
         assert plain[name] == scores[name], name
     hypotheses = Translator(trained).translate(sources)

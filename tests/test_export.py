@@ -32,14 +32,13 @@ def trained():
 def exported(trained, tmp_path_factory):
     """`kformer export` with its default formats (all four) and both quantizations: (out, manifest).
 
-    Its --out is an empty folder of mode 0700, which the export takes, and the umask is 022 as it runs
-    (test_the_export_gets_the_users_normal_permissions_and_takes_an_empty_out).
+    Its --out is an empty folder of mode 0700, which the export takes, under a umask of 027.
     """
     model = tmp_path_factory.mktemp("model") / "copy"
     trained.save(model)
     out = tmp_path_factory.mktemp("export") / "deploy"
     out.mkdir(mode=0o700)
-    previous = os.umask(0o022)
+    previous = os.umask(0o027)
     try:
         assert main(["--quiet", "export", "--model", str(model), "--out", str(out), "--quantize", "float16,int8"]) == 0
     finally:
@@ -406,7 +405,7 @@ def test_a_staging_folder_clears_this_exports_leftovers_only_and_has_the_users_p
     for leftover in (".out[1].partial-x", ".out1.partial-x", ".other.partial-x"):
         (tmp_path / leftover).mkdir()
     (tmp_path / ".out[1].partial-link").symlink_to(tmp_path / ".other.partial-x")  # rmtree refuses it: no matter
-    previous = os.umask(0o022)
+    previous = os.umask(0o027)
     try:
         staging = _staging(out)
     finally:
@@ -414,7 +413,7 @@ def test_a_staging_folder_clears_this_exports_leftovers_only_and_has_the_users_p
     assert staging.parent == tmp_path and staging.name.startswith(".out[1].partial-") and staging.is_dir()
     left = [".out1.partial-x", ".other.partial-x", ".out[1].partial-link", staging.name]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(left)
-    assert stat.S_IMODE(staging.stat().st_mode) == 0o755  # not mkdtemp's 0700
+    assert stat.S_IMODE(staging.stat().st_mode) == 0o750  # the umask's, not mkdtemp's 0700
 
 
 def test_a_missing_converter_names_the_extra_that_installs_it(trained, tmp_path, monkeypatch):
@@ -456,15 +455,17 @@ def test_a_failed_export_leaves_nothing_that_looks_complete(trained, tmp_path, m
 
     written = []
 
-    def broken(job):
-        written.extend(path.name for path in job.staging.iterdir())
+    def broken(job):  # as `_write_onnx` goes: its folder, the converters' archive (an empty stand-in), then fails
+        written.append((job.staging / "ctranslate2" / "model.bin").is_file())
         (job.staging / "onnx").mkdir()
+        job.id_archive()
         raise ExportError("ONNX conversion of translate_ids failed: simulated")
 
+    monkeypatch.setattr(kformer.deploy.export, "_keras_archive", lambda trained, path, *args, **kwargs: path.mkdir())
     monkeypatch.setitem(kformer.deploy.export.WRITERS, "onnx", broken)
     with pytest.raises(ExportError, match="simulated"):
         export(trained, tmp_path / "out", formats=("ctranslate2", "onnx"), verbose=False)
-    assert "ctranslate2" in written
+    assert written == [True]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -540,10 +541,10 @@ def test_the_clients_read_reserved_tokens_and_spacing_rules_from_the_manifest(ex
 
 
 def test_the_export_gets_the_users_normal_permissions_and_takes_an_empty_out(exported):
-    out, _ = exported  # an empty 0700 --out, taken under umask 022: every format's files
-    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # not mkdtemp's 0700, nor the 0700 --out it replaced
-    for path in out.rglob("*"):
-        assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, path  # readable by group and others
+    out, _ = exported
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750  # the umask's: not mkdtemp's 0700, nor the --out it replaced
+    for path in out.rglob("*"):  # every format's files: readable by the group, as the umask says, and no more
+        assert stat.S_IMODE(path.stat().st_mode) & 0o047 == 0o040, path
 
 
 def test_every_runtime_gives_keras_translation_of_each_odd_text(trained, exported):
