@@ -595,6 +595,8 @@ def test_kformer_translate_hands_its_flags_to_the_translator_and_prints_each_for
 def test_kformer_translate_names_the_argument_or_stdin_line_of_a_refusal_or_a_cut_translation(
     recorded_translator, monkeypatch, capsys
 ):
+    import linecache
+
     from kformer.inference.translator import OutputLimitWarning, SentenceTooLong
 
     recorded_translator.fails = {"a": SentenceTooLong(1, 30, 24)}
@@ -625,8 +627,13 @@ def test_kformer_translate_names_the_argument_or_stdin_line_of_a_refusal_or_a_cu
         err == f"kformer: warning: stdin line 2: {cut} (now 1.5).\nkformer: warning: stdin line 3: {cut} (now 1.5).\n"
     )
     recorded_translator.warns = {"a": UserWarning("another library's warning")}
-    with pytest.warns(UserWarning, match="another library's warning"):  # shown as it would have been
+    with pytest.warns(UserWarning, match="another library's warning") as shown:  # shown as it would have been:
         assert main(["translate", "--model", "m", "a"]) == 0
+    (record,) = shown  # where its stacklevel points, the call in kformer/cli.py
+    assert "translator.translate(" in linecache.getline(record.filename, record.lineno), (
+        record.filename,
+        record.lineno,
+    )
     recorded_translator.warns["x"] = OutputLimitWarning([0], settings)
     monkeypatch.setattr(sys, "stdin", io.StringIO("a\nx\n"))
     with warnings.catch_warnings(record=True) as shown:
