@@ -585,11 +585,33 @@ def test_kformer_translate_hands_its_flags_to_the_translator_and_prints_each_for
     assert asked[-1] == dict(sentences=["a", "b"], batch_size=64, prefix=None, with_alignments=True)
     assert translated(capsys, "--scores", "--alignments", "a") == "-1.0000\ta0 ||| 0-0\n"
     assert translated(capsys, "a") == "a0\n"
-    monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\n"))  # batches of --batch-size, counted on across them
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\nw\nv\n"))  # batches of --batch-size, counted on
     assert translated(capsys, "--beam", "2", "--n-best", "2", "--batch-size", "2") == (
-        "0\tx0\n0\tx1\n1\ty0\n1\ty1\n2\tz0\n2\tz1\n"
+        "0\tx0\n0\tx1\n1\ty0\n1\ty1\n2\tz0\n2\tz1\n3\tw0\n3\tw1\n4\tv0\n4\tv1\n"
     )
-    assert [ask["sentences"] for ask in asked[-2:]] == [["x", "y"], ["z"]]
+    assert [ask["sentences"] for ask in asked[-3:]] == [["x", "y"], ["z", "w"], ["v"]]
+
+
+def test_kformer_translate_flushes_each_translation_as_it_prints_it(recorded_translator, monkeypatch):
+    """A program reading `kformer translate`'s output through a pipe gets each line when it is done."""
+
+    class Flushes(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.flushed, self.pending = [], ""
+
+        def write(self, text):
+            self.pending += text
+            return super().write(text)
+
+        def flush(self):
+            self.flushed.append(self.pending)
+            self.pending = ""
+
+    for argv, lines in ((["a", "b"], ["a0\n", "b0\n"]), (["--scores", "a"], ["-1.0000\ta0\n"])):
+        monkeypatch.setattr(sys, "stdout", Flushes())
+        assert main(["translate", "--model", "m", *argv]) == 0
+        assert [text for text in sys.stdout.flushed if text] == lines
 
 
 def test_kformer_translate_names_the_argument_or_stdin_line_of_a_refusal_or_a_cut_translation(
@@ -617,14 +639,14 @@ def test_kformer_translate_names_the_argument_or_stdin_line_of_a_refusal_or_a_cu
     )
     recorded_translator.fails = {}
     settings = SimpleNamespace(max_output_ratio=2.0, max_length=24)
-    recorded_translator.warns = {"x": OutputLimitWarning([1], settings), "z": OutputLimitWarning([0], settings)}
-    monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\n"))
+    recorded_translator.warns = {"x": OutputLimitWarning([1], settings), "v": OutputLimitWarning([0], settings)}
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\nw\nv\n"))  # the third batch's first: line 5
     assert main(["translate", "--model", "m", "--batch-size", "2", "--max-output-ratio", "1.5"]) == 0
     out, err = capsys.readouterr()
-    assert out == "x0\ny0\nz0\n"
+    assert out == "x0\ny0\nz0\nw0\nv0\n"
     cut = "its translation stopped at the output limit before its end and may be cut short; raise --max-output-ratio"
     assert (
-        err == f"kformer: warning: stdin line 2: {cut} (now 1.5).\nkformer: warning: stdin line 3: {cut} (now 1.5).\n"
+        err == f"kformer: warning: stdin line 2: {cut} (now 1.5).\nkformer: warning: stdin line 5: {cut} (now 1.5).\n"
     )
     recorded_translator.warns = {"a": UserWarning("another library's warning")}
     with pytest.warns(UserWarning, match="another library's warning") as shown:  # shown as it would have been:
