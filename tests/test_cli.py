@@ -518,8 +518,8 @@ def test_kformer_train_quiet_reads_its_corpus_without_a_word(tmp_path, monkeypat
 
 class RecordedTranslator:
     """`Translator` as `kformer translate` uses it, recorded: what it was made with and asked, and for each
-    sentence s its hypotheses s0, s1, ... scored -1, -2, ..., aligned "0-0". `fails` and `warns`: {a batch's
-    first sentence: the error it raises, or the warning it gives}."""
+    sentence s its hypotheses s0, s1, ... scored -1.00004, -2.00004, ... (-1.0000, ... to 4 places), aligned "0-0".
+    `fails` and `warns`: {a batch's first sentence: the error it raises, or the warning it gives}."""
 
     made, asked, fails, warns = [], [], {}, {}
 
@@ -534,7 +534,7 @@ class RecordedTranslator:
             warnings.warn(RecordedTranslator.warns[sentences[0]], stacklevel=2)
 
         def hypothesis(sentence, k):
-            found = (f"{sentence}{k}", -1.0 - k) if options.get("with_scores") else (f"{sentence}{k}",)
+            found = (f"{sentence}{k}", -1.00004 - k) if options.get("with_scores") else (f"{sentence}{k}",)
             found += ("0-0",) if options["with_alignments"] else ()
             return found if len(found) > 1 else found[0]
 
@@ -576,7 +576,7 @@ def test_kformer_translate_hands_its_flags_to_the_translator_and_prints_each_for
     out = translated(capsys, *flags.split(), "el", "á")
     assert json.loads(out) == {"index": 0, "source": "á", "hypotheses": [{"translation": "á0", "score": -1.0,
                                                                           "alignment": "0-0"}]}  # fmt: skip
-    assert '"á"' in out  # not escaped
+    assert '"á"' in out and '"score": -1.0,' in out  # not escaped; rounded to 4 places, a float
     assert made[-1] == dict(beam_size=1, length_penalty=1.0, max_output_ratio=3.0, no_repeat_ngram=2,
                             temperature=0.5, top_k=5, top_p=0.9, seed=7)  # fmt: skip
     assert asked[-1] == dict(sentences=["á"], batch_size=8, prefix=["el"], n_best=1, with_scores=True,
@@ -584,6 +584,8 @@ def test_kformer_translate_hands_its_flags_to_the_translator_and_prints_each_for
     assert translated(capsys, "--alignments", "a", "b") == "a0 ||| 0-0\nb0 ||| 0-0\n"
     assert asked[-1] == dict(sentences=["a", "b"], batch_size=64, prefix=None, with_alignments=True)
     assert translated(capsys, "--scores", "--alignments", "a") == "-1.0000\ta0 ||| 0-0\n"
+    assert json.loads(translated(capsys, "--json", "a")) == {"index": 0, "source": "a", "hypotheses": [
+        {"translation": "a0", "score": -1.0}]}  # fmt: skip
     assert translated(capsys, "a") == "a0\n"
     monkeypatch.setattr(sys, "stdin", io.StringIO("x\ny\nz\nw\nv\n"))  # batches of --batch-size, counted on
     assert translated(capsys, "--beam", "2", "--n-best", "2", "--batch-size", "2") == (
