@@ -94,8 +94,8 @@ class TrainingConfig:
     patience: int = _setting(5, "epochs without a better validation chrF before stopping early")
     backup_steps: int = _setting(500, "steps between resumable backups")
     seed: int = _setting(0, "the seed of initialisation, dropout and shuffling")
-    # None: XLA unless bfloat16 on a CPU. The CLI's --no-xla, which decodes `kformer train`'s test split without
-    # XLA too.
+    # None: XLA unless bfloat16 on a CPU. False: the CLI's --no-xla (which decodes `kformer train`'s test split
+    # without XLA too).
     jit_compile: bool | None = _setting(None, flag=False)
     strategy: str = _setting("default", "the tf.distribute strategy", choices=STRATEGIES)
     mixed_precision: bool = _setting(False, "float16 (GPU) or bfloat16 (CPU, TPU) compute")
