@@ -29,6 +29,12 @@ def trained():
 
 
 @pytest.fixture(scope="module")
+def translator(trained):
+    """The Keras model's greedy Translator (XLA, the default), which the runtimes must agree with: one a module."""
+    return Translator(trained)
+
+
+@pytest.fixture(scope="module")
 def exported(trained, tmp_path_factory):
     """`kformer export` with its default formats (all four) and both quantizations: (out, manifest).
 
@@ -44,6 +50,12 @@ def exported(trained, tmp_path_factory):
     finally:
         os.umask(previous)
     return out, json.loads((out / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def saved_model(exported):
+    """The export's SavedModel, loaded in this process once a module."""
+    return tf.saved_model.load(str(exported[0] / "saved_model" / "kformer" / "1"))
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +162,7 @@ def test_saved_model_runs_with_only_tensorflow_and_tensorflow_text(exported, ref
     assert_saved_model_runs_alone(exported[0], reference)
 
 
-def test_the_rest_request_replays_to_its_response(trained, exported):
+def test_the_rest_request_replays_to_its_response(translator, exported):
     out, _ = exported
     result = run_client("serving_client.py", str(out), refused=("kformer",))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -158,7 +170,7 @@ def test_the_rest_request_replays_to_its_response(trained, exported):
     assert json.loads(result.stdout.strip().splitlines()[-1]) == response
     # And the response the export wrote is the Keras model's own translation of the request.
     request = json.loads((out / "serving" / "request.json").read_text())
-    assert response["predictions"] == Translator(trained).translate(request["instances"])
+    assert response["predictions"] == translator.translate(request["instances"])
     assert "model_config_list" in (out / "serving" / "models.config").read_text()
 
 
@@ -223,9 +235,9 @@ def test_onnx_matches_keras(exported, reference):
         ("ctranslate2_client.py", ["--model", "ctranslate2_int8"], NOT_NEEDED),
     ],
 )
-def test_deployment_clients_translate_like_keras_without_kformer(trained, exported, client, extra, refused):
+def test_deployment_clients_translate_like_keras_without_kformer(translator, exported, client, extra, refused):
     out, _ = exported
-    expected = Translator(trained).translate(SENTENCES)
+    expected = translator.translate(SENTENCES)
     result = run_client(client, str(out), *extra, *SENTENCES, refused=refused)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == expected
@@ -547,7 +559,7 @@ def test_the_export_gets_the_users_normal_permissions_and_takes_an_empty_out(exp
         assert stat.S_IMODE(path.stat().st_mode) & 0o047 == 0o040, path
 
 
-def test_every_runtime_gives_keras_translation_of_each_odd_text(trained, exported):
+def test_every_runtime_gives_keras_translation_of_each_odd_text(translator, saved_model, exported):
     sys.path.insert(0, str(REPO / "export"))
     import ctranslate2_client
     import onnx_client
@@ -555,9 +567,8 @@ def test_every_runtime_gives_keras_translation_of_each_odd_text(trained, exporte
 
     out, _ = exported
     texts = list(ODD_TEXTS.values())
-    expected = Translator(trained).translate(texts)
-    loaded = tf.saved_model.load(str(out / "saved_model" / "kformer" / "1"))
-    serving = loaded.signatures["serving_default"]
+    expected = translator.translate(texts)
+    serving = saved_model.signatures["serving_default"]
     runtimes = {
         "SavedModel": lambda batch: [
             t.decode() for t in serving(texts=tf.constant(batch, tf.string))["translations"].numpy()
@@ -580,9 +591,8 @@ def test_every_runtime_gives_keras_translation_of_each_odd_text(trained, exporte
         (tf.constant([[4, 5]], tf.int64), "int32"),
     ],
 )
-def test_wrong_dtypes_and_shapes_at_the_saved_model_are_refused(exported, tokens, message):
-    out, _ = exported
-    signature = tf.saved_model.load(str(out / "saved_model" / "kformer" / "1")).signatures["translate_ids"]
+def test_wrong_dtypes_and_shapes_at_the_saved_model_are_refused(saved_model, tokens, message):
+    signature = saved_model.signatures["translate_ids"]
     with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError), match=message):
         signature(encoder_tokens=tokens)
 
