@@ -733,6 +733,38 @@ def test_leaks_count_the_held_out_sources_that_training_has_too_in_a_streams_sam
     assert _leaks({"train": stream, **pairs, "test": []}) == {"valid": 1}
 
 
+def test_kformer_train_warns_on_stderr_of_each_held_out_split_whose_sources_training_has_too(
+    tmp_path, monkeypatch, capsys
+):
+    """The training and the scoring recorded: the leaks of --valid and --test each named in one whole line on
+    stderr, with their counts; a split without one says nothing; standard output carries no warning."""
+    import kformer.training.evaluation
+    import kformer.training.jobs
+
+    trained = SimpleNamespace(config={"result": {}})
+    trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", trained)
+    scores = dict(bleu=1.0, chrf=2.0, exact_match=0.0, n=3, seconds=0.0)
+    recorder(monkeypatch, kformer.training.evaluation, "evaluate", scores)
+    corpus, valid, test = (tmp_path / f"{name}.tsv" for name in ("corpus", "valid", "test"))
+    _write_letter_pairs(corpus, "abcdef", "ghijkl")  # sources "a g" ... "f l": 36 pairs
+    valid.write_text("a g\tx\nb h\ty\nz z\tz\n", encoding="utf-8")  # 2 of its 3 sources are training's
+    test.write_text("z y\tq\n", encoding="utf-8")
+    argv = ["--quiet", "train", "--data", str(corpus), "--valid", str(valid), "--test", str(test)]
+    assert main([*argv, "--out", str(tmp_path / "m")]) == 0
+    out, err = capsys.readouterr()
+    assert err == (
+        "warning: 2 of the 3 valid pairs have a source that the training pairs have too; their scores will look "
+        "better than unseen text's.\n"
+    )
+    assert "warning" not in out and len(trainings) == 1
+    test.write_text("c i\tq\nd j\tr\n" * 600, encoding="utf-8")  # 1,200 pairs, every one a leak: counts in full
+    assert main([*argv, "--out", str(tmp_path / "m2")]) == 0
+    assert capsys.readouterr().err.splitlines()[1] == (
+        "warning: 1,200 of the 1,200 test pairs have a source that the training pairs have too; their scores will "
+        "look better than unseen text's."
+    )
+
+
 def test_load_pairs_mixes_corpora_by_weight_and_keeps_each_ones_held_out_pairs(tmp_path):
     from kformer.data.pairs import read_pairs, split_pairs
     from kformer.data.stream import Mixture
