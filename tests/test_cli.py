@@ -498,6 +498,24 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
     assert len(evaluations) == 2  # the chief scores
 
 
+@pytest.mark.parametrize("terminal, verbose", [(True, 1), (False, 2)])
+def test_kformer_train_shows_a_live_bar_on_a_terminal_and_a_line_an_epoch_in_logs(
+    tmp_path, monkeypatch, capsys, terminal, verbose
+):
+    """Without --quiet, the verbosity handed to the training is Keras' live bar (1) when standard output is a
+    terminal and its line an epoch (2) when it is a file or a pipe, as --quiet's help says; --quiet gives 0."""
+    import kformer.training.evaluation
+    import kformer.training.jobs
+
+    trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", SimpleNamespace(config={"result": {}}))
+    recorder(monkeypatch, kformer.training.evaluation, "evaluate", dict(bleu=0.0, chrf=0.0, exact_match=0.0, n=1,
+             seconds=0.0))  # fmt: skip
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    argv = ["train", "--data", "builtin", "--out", str(tmp_path / "m")]
+    assert main(argv) == 0 and main(["--quiet", *argv]) == 0
+    assert [verbose_given for (_, _, _, verbose_given, _), _ in trainings] == [verbose, 0]
+
+
 def test_kformer_train_quiet_reads_its_corpus_without_a_word(tmp_path, monkeypatch, capsys):
     """--quiet reaches the reading of --data: read whole (its count of pairs) or as a stream (its start)."""
     import kformer.data.stream
