@@ -498,6 +498,15 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
     assert len(evaluations) == 2  # the chief scores
 
 
+def test_kformer_without_a_command_is_a_usage_error_that_names_what_is_missing(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main([])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: kformer ")
+    assert err.endswith("kformer: error: the following arguments are required: COMMAND\n")
+
+
 @pytest.mark.parametrize("terminal, verbose", [(True, 1), (False, 2)])
 def test_kformer_train_shows_a_live_bar_on_a_terminal_and_a_line_an_epoch_in_logs(
     tmp_path, monkeypatch, capsys, terminal, verbose
