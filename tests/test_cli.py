@@ -498,6 +498,26 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
     assert len(evaluations) == 2  # the chief scores
 
 
+def test_kformer_train_held_out_caps_the_carved_validation_and_test_splits(tmp_path, monkeypatch, capsys):
+    import kformer.training.evaluation
+    import kformer.training.jobs
+
+    trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", SimpleNamespace(config={"result": {}}))
+    recorder(monkeypatch, kformer.training.evaluation, "evaluate", dict(bleu=0.0, chrf=0.0, exact_match=0.0, n=1,
+             seconds=0.0))  # fmt: skip
+    corpus = tmp_path / "corpus.tsv"
+    _write_letter_pairs(corpus, "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz")  # 676 pairs
+    argv = ["--quiet", "train", "--data", str(corpus), "--out", str(tmp_path / "m")]
+    assert main(argv) == 0 and main([*argv, "--held-out", "3"]) == 0
+    (default, _), (capped, _) = trainings
+    assert len(default[0]["valid"]) > 3 and len(default[0]["test"]) > 3  # 2% of 676 each, under the default cap
+    assert (capped[0]["valid"], capped[0]["test"]) == (default[0]["valid"][:3], default[0]["test"][:3])
+    for bad in ("0", "x"):
+        with pytest.raises(SystemExit):
+            main([*argv, "--held-out", bad])
+        assert "argument --held-out: " in capsys.readouterr().err
+
+
 def test_kformer_without_a_command_is_a_usage_error_that_names_what_is_missing(capsys):
     with pytest.raises(SystemExit) as exit:
         main([])
