@@ -498,13 +498,18 @@ def test_kformer_train_scores_the_test_split_and_a_cluster_worker_leaves_saving_
     assert len(evaluations) == 2  # the chief scores
 
 
-def test_kformer_train_held_out_caps_the_carved_validation_and_test_splits(tmp_path, monkeypatch, capsys):
+def _record_training_and_scoring(monkeypatch):
+    """`kformer train`'s training and its test split's scoring recorded, not run: the list of the trainings' calls."""
     import kformer.training.evaluation
     import kformer.training.jobs
 
-    trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", SimpleNamespace(config={"result": {}}))
-    recorder(monkeypatch, kformer.training.evaluation, "evaluate", dict(bleu=0.0, chrf=0.0, exact_match=0.0, n=1,
-             seconds=0.0))  # fmt: skip
+    scores = dict(bleu=0.0, chrf=0.0, exact_match=0.0, n=1, seconds=0.0)
+    recorder(monkeypatch, kformer.training.evaluation, "evaluate", scores)
+    return recorder(monkeypatch, kformer.training.jobs, "train_translator", SimpleNamespace(config={"result": {}}))
+
+
+def test_kformer_train_held_out_caps_the_carved_validation_and_test_splits(tmp_path, monkeypatch, capsys):
+    trainings = _record_training_and_scoring(monkeypatch)
     corpus = tmp_path / "corpus.tsv"
     _write_letter_pairs(corpus, "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz")  # 676 pairs
     argv = ["--quiet", "train", "--data", str(corpus), "--out", str(tmp_path / "m")]
@@ -533,12 +538,7 @@ def test_kformer_train_shows_a_live_bar_on_a_terminal_and_a_line_an_epoch_in_log
 ):
     """Without --quiet, the verbosity handed to the training is Keras' live bar (1) when standard output is a
     terminal and its line an epoch (2) when it is a file or a pipe, as --quiet's help says; --quiet gives 0."""
-    import kformer.training.evaluation
-    import kformer.training.jobs
-
-    trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", SimpleNamespace(config={"result": {}}))
-    recorder(monkeypatch, kformer.training.evaluation, "evaluate", dict(bleu=0.0, chrf=0.0, exact_match=0.0, n=1,
-             seconds=0.0))  # fmt: skip
+    trainings = _record_training_and_scoring(monkeypatch)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
     argv = ["train", "--data", "builtin", "--out", str(tmp_path / "m")]
     assert main(argv) == 0 and main(["--quiet", *argv]) == 0
@@ -785,13 +785,7 @@ def test_kformer_train_warns_on_stderr_of_each_held_out_split_whose_sources_trai
 ):
     """The training and the scoring recorded: the leaks of --valid and --test each named in one whole line on
     stderr, with their counts; a split without one says nothing; standard output carries no warning."""
-    import kformer.training.evaluation
-    import kformer.training.jobs
-
-    trained = SimpleNamespace(config={"result": {}})
-    trainings = recorder(monkeypatch, kformer.training.jobs, "train_translator", trained)
-    scores = dict(bleu=1.0, chrf=2.0, exact_match=0.0, n=3, seconds=0.0)
-    recorder(monkeypatch, kformer.training.evaluation, "evaluate", scores)
+    trainings = _record_training_and_scoring(monkeypatch)
     corpus, valid, test = (tmp_path / f"{name}.tsv" for name in ("corpus", "valid", "test"))
     _write_letter_pairs(corpus, "abcdef", "ghijkl")  # sources "a g" ... "f l": 36 pairs
     valid.write_text("a g\tx\nb h\ty\nz z\tz\n", encoding="utf-8")  # 2 of its 3 sources are training's

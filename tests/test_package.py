@@ -49,10 +49,10 @@ def test_model_directories_saved_by_release_0_1_0_translate_and_generate_as_they
     # after it without (XLA's beams give the plain loop's tokens: test_decoding.py, slow), one compile, not three.
     then = dict(max_output_ratio=0.01)
     assert kformer.Translator(translator, **then).translate(golden["sentences"]) == golden["greedy"]
-    then["xla"] = False
+    then_plain = dict(then, xla=False)
     # Beam search has since kept its finished hypotheses apart: on this barely trained model it finds translations
     # the model scores higher (GNMT's score of the teacher-forced log-probability) than that release's beams.
-    beam = kformer.Translator(translator, beam_size=4, **then)
+    beam = kformer.Translator(translator, beam_size=4, **then_plain)
 
     def gnmt(translations):
         return [s.log_prob / ((5 + s.tokens) / 6) ** 0.6 for s in beam.score(golden["sentences"], translations)]
