@@ -29,16 +29,30 @@ if REPO.name == "mutants":  # run by mutmut (tox -e mutation), whose copy wraps 
 
 
 # CI (.ci/run) gives the slow tests a deadline, in seconds since the epoch: this machine runs the same tests up to
-# twice as fast one day as another, and CI must end inside its hour. A slow test not started by then is skipped,
-# and says so in the summary (-ra); `pytest -m slow` runs it. The default tests always run.
+# twice as fast at one hour as at another, and CI must end inside its hour. A slow test not started by then is
+# skipped before its fixtures, named in the summary (-ra) with why; the default tests always run.
 SLOW_TESTS_UNTIL = "KFORMER_SLOW_TESTS_UNTIL"
+
+
+def _slow_tests_until():
+    value = os.environ.get(SLOW_TESTS_UNTIL)
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        raise pytest.UsageError(
+            f"{SLOW_TESTS_UNTIL}={value!r}: give whole seconds since the epoch, as .ci/run does."
+        ) from None
+
+
+def pytest_configure(config):
+    _slow_tests_until()  # a bad value: one sentence before any test, not an error in every slow test's setup
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    deadline = os.environ.get(SLOW_TESTS_UNTIL)
-    if deadline and item.get_closest_marker("slow") and time.time() > float(deadline):
-        pytest.skip(f"not started: past CI's time for the slow tests ({SLOW_TESTS_UNTIL}); `pytest -m slow` runs it")
+    deadline = _slow_tests_until()
+    if deadline is not None and item.get_closest_marker("slow") and time.time() > deadline:
+        pytest.skip(f"{item.nodeid}: not started, past CI's time for the slow tests ({SLOW_TESTS_UNTIL})")
 
 
 @pytest.fixture(autouse=True)
