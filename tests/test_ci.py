@@ -51,19 +51,7 @@ def run_pytest(folder, deadline):
     """This repository's conftest as a plugin, over `folder`'s tests in file order, none of setup.cfg's options."""
     env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}
     env.update(PYTHONPATH=str(REPO / "tests"), **{SLOW_TESTS_UNTIL: deadline})
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "conftest",
-        "-p",
-        "no:cacheprovider",
-        "-o",
-        "addopts=",
-        "-ra",
-        "-v",
-    ]
+    command = [sys.executable, *"-m pytest -p conftest -p no:cacheprovider -o addopts= -ra -v".split()]
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -87,7 +75,6 @@ def test_slow_tests_not_started_by_cis_deadline_are_skipped_and_named_while_the_
     assert all("not started, past CI's time for the slow tests" in reason for _, reason in reasons), reasons
 
     bad = run_pytest(tmp_path, "45m")
-    assert bad.returncode == 4 and "KFORMER_SLOW_TESTS_UNTIL='45m': give whole seconds" in bad.stderr, bad.stderr[
-        -3000:
-    ]
+    assert bad.returncode == 4, bad.stdout[-3000:] + bad.stderr[-3000:]
+    assert "KFORMER_SLOW_TESTS_UNTIL='45m': give whole seconds" in bad.stderr, bad.stderr[-3000:]
     assert "Traceback" not in bad.stderr
